@@ -1,0 +1,39 @@
+# fairshare: PGXS build.
+#
+#   make                  build fairshare.so (warnings are errors)
+#   make install          install into the PostgreSQL found by pg_config
+#   test/run              build, install and run every test suite (see README.md)
+#
+# Every C file in src/ is part of the module; every sql/fairshare--*.sql file is
+# an install or upgrade script.  The version lives in fairshare.control only.
+
+EXTENSION   = fairshare
+EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
+
+MODULE_big  = fairshare
+OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+DATA        = $(sort $(wildcard sql/$(EXTENSION)--*.sql))
+
+# Regression tests (sql/<name>.sql against expected/<name>.out).  The order is
+# the order they run in; each file is independent of the ones before it.
+REGRESS     = $(shell cat test/regress_schedule 2>/dev/null | sed -n 's/^test: *//p')
+REGRESS_OPTS = --temp-config=test/fairshare.conf
+
+PG_CONFIG  ?= pg_config
+# The server headers are system headers for us: full -Wextra applies to our
+# code without tripping over unused parameters in PostgreSQL's inline functions.
+PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/src
+PG_CFLAGS   = -Wall -Wextra -Werror -Wshadow=compatible-local -Wformat=2 -Wno-format-nonliteral
+
+EXTRA_CLEAN = results regression.diffs regression.out tmp_check tmp_install log
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# Object files depend on every header: the headers are small and this keeps
+# incremental builds honest.
+$(OBJS): $(wildcard src/*.h)
+
+.PHONY: print-version
+print-version:
+	@echo $(EXTVERSION)

@@ -1,0 +1,69 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *	  Version shims: every #if PG_VERSION_NUM in fairshare lives here.
+ *
+ * fairshare targets PostgreSQL 15 and later.  PostgreSQL 15 introduced
+ * shmem_request_hook, which is how we reserve shared memory and LWLocks.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_COMPAT_H
+#define FAIRSHARE_COMPAT_H
+
+#include "postgres.h"
+
+#if PG_VERSION_NUM < 150000
+#error "fairshare requires PostgreSQL 15 or later"
+#endif
+
+/*
+ * PostgreSQL 17 renamed the backend's position in the PGPROC array from
+ * MyBackendId to MyProcNumber.  We only use it to spread work over
+ * partitions, so either will do.
+ */
+#if PG_VERSION_NUM >= 170000
+#define FS_MY_PROC_NUMBER	MyProcNumber
+#else
+#define FS_MY_PROC_NUMBER	MyBackendId
+#endif
+
+/*
+ * get_extension_schema() is exported from PostgreSQL 16 on; before that it
+ * is static in extension.c, so read pg_extension ourselves.
+ */
+#if PG_VERSION_NUM >= 160000
+#include "commands/extension.h"
+#define fs_get_extension_schema(ext_oid) get_extension_schema(ext_oid)
+#else
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+
+static inline Oid
+fs_get_extension_schema(Oid ext_oid)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	Oid			result = InvalidOid;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(ext_oid));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		result = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return result;
+}
+#endif
+
+#endif							/* FAIRSHARE_COMPAT_H */

@@ -1,0 +1,203 @@
+/*-------------------------------------------------------------------------
+ *
+ * fairshare.c
+ *	  Module entry point: GUCs, hooks, and what every SQL function checks
+ *	  first (that fairshare is preloaded, that names and intervals are sane).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "datatype/timestamp.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+
+#include "fairshare.h"
+#include "tenant_limits.h"
+#include "shmem.h"
+#include "slots.h"
+
+PG_MODULE_MAGIC;
+
+/* Seconds between the Unix epoch and PostgreSQL's (2000-01-01). */
+#define FS_UNIX_TO_PG_EPOCH_SECS \
+	((float8) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY)
+
+const char *const fs_reason_names[FS_NUM_REASONS] = {
+	"granted",
+	"tenant_limit",
+	"global_gate",
+	"throttled",
+	"backpressure",
+	"no_budget",
+	"fail_open"
+};
+
+int			fs_max_tenants = 10000;
+int			fs_max_leases = 16384;
+int			fs_max_queues = 64;
+bool		fs_save_state = true;
+double		fs_debug_clock = 0;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	/*
+	 * Shared memory can only be set up when loaded at server start.  Without
+	 * it every function reports how to fix that (fs_check_loaded).
+	 */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	DefineCustomIntVariable("fairshare.max_tenants",
+							"Maximum number of (queue, tenant) entries kept in shared memory.",
+							"When the table is full, idle entries are evicted; if none is idle, "
+							"decisions for new tenants fail open.",
+							&fs_max_tenants,
+							10000, 16, 10000000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("fairshare.max_leases",
+							"Maximum number of slot leases held at once, over all tenants.",
+							"When the table is full, a granted slot fails open with an untracked lease.",
+							&fs_max_leases,
+							16384, 16, 10000000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("fairshare.max_queues",
+							"Maximum number of queues, over all databases.",
+							NULL,
+							&fs_max_queues,
+							64, 1, 100000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("fairshare.save_state",
+							 "Saves fairshare's state at shutdown and restores it at startup.",
+							 NULL,
+							 &fs_save_state,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomRealVariable("fairshare.debug_clock",
+							 "For tests only: the time fairshare decides at, in seconds since 1970-01-01 UTC.",
+							 "0 (the default) uses the real clock.",
+							 &fs_debug_clock,
+							 0, 0, 1e11,
+							 PGC_SUSET, GUC_NOT_IN_SAMPLE | GUC_UNIT_S,
+							 NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("fairshare");
+
+	fs_shmem_request();
+	fs_limits_init();
+	fs_slots_init();
+}
+
+/* Every SQL function starts here. */
+void
+fs_check_loaded(void)
+{
+	if (fs_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("fairshare must be loaded via shared_preload_libraries"),
+				 errhint("Add fairshare to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+/* The time decisions are made at: the real clock, or fairshare.debug_clock. */
+TimestampTz
+fs_now(void)
+{
+	if (fs_debug_clock > 0)
+		return (TimestampTz) llround((fs_debug_clock - FS_UNIX_TO_PG_EPOCH_SECS) * USECS_PER_SEC);
+	return GetCurrentTimestamp();
+}
+
+/*
+ * Copy a tenant or queue name from a text value into buf (FS_NAME_BUFLEN
+ * bytes), or raise a clear error saying what is wrong with it.
+ */
+void
+fs_text_name(text *arg, const char *what, char *buf)
+{
+	int			len = VARSIZE_ANY_EXHDR(arg);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", what),
+				 errhint("Pass the %s's key, for example its id.", what)));
+	if (len > FS_NAME_MAXLEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("%s name is %d bytes long, longer than the limit of %d bytes",
+						what, len, FS_NAME_MAXLEN),
+				 errhint("Use a shorter %s name, for example a key or id instead of a display name.",
+						 what)));
+	memcpy(buf, VARDATA_ANY(arg), len);
+	buf[len] = '\0';
+	if (len == 1 && buf[0] == '*')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s name \"*\" is reserved for defaults in fs_limits", what),
+				 errhint("Use fs_set_limit('*', ...) to set defaults; decisions need a real %s.",
+						 what)));
+}
+
+/* fs_text_name() for argument `argno`, which must not be NULL. */
+void
+fs_name_arg(FunctionCallInfo fcinfo, int argno, const char *what, char *buf)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what),
+				 errhint("Pass the %s's key, for example its id.", what)));
+	fs_text_name(PG_GETARG_TEXT_PP(argno), what, buf);
+}
+
+/*
+ * An interval argument as microseconds: not NULL, positive, and at most a
+ * year (months count as 30 days, as in interval arithmetic).
+ */
+int64
+fs_interval_usecs(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	Interval   *interval;
+	float8		usecs;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what),
+				 errhint("Pass an interval such as '5 minutes', or leave the argument out for the default.")));
+	interval = PG_GETARG_INTERVAL_P(argno);
+
+	/* In float8: exact enough for the range we accept, and cannot overflow. */
+	usecs = (float8) interval->time +
+		((float8) interval->month * DAYS_PER_MONTH + interval->day) * USECS_PER_DAY;
+	if (usecs <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a positive interval, got %s", what,
+						DatumGetCString(DirectFunctionCall1(interval_out,
+															IntervalPGetDatum(interval)))),
+				 errhint("Pass an interval such as '5 minutes'.")));
+	if (usecs > (float8) FS_MAX_LEASE_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be at most 366 days, got %s", what,
+						DatumGetCString(DirectFunctionCall1(interval_out,
+															IntervalPGetDatum(interval)))),
+				 errhint("Renew a lease with fs_renew_slot() while the work runs instead of taking a long one.")));
+	return (int64) usecs;
+}

@@ -1,0 +1,674 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *	  fairshare's shared memory: the control structure, the queue table and
+ *	  the (queue, tenant) table, and how idle tenant entries are evicted.
+ *
+ * LOCKING RULES (for all of fairshare's shared state)
+ * ---------------------------------------------------
+ * Hot paths take no lock that every backend shares exclusively.
+ *
+ * 1. Tenant table.  A partitioned, fixed-size dynahash.  FS_TENANT_PARTITIONS
+ *	  LWLocks, chosen by the key's hash.  Finding an entry takes its partition
+ *	  lock in SHARED mode; inserting or removing an entry takes it EXCLUSIVE.
+ *	  The fields of an entry are read and written under the entry's own
+ *	  spinlock (FsTenant.mutex), held for a handful of instructions: copy in,
+ *	  decide, copy out.  No other lock, no palloc, no ereport under it.
+ *
+ * 2. An FsTenant pointer is valid while its partition lock is held (any
+ *	  mode), or while the holder owns something that pins the entry: a slot
+ *	  counted in slots_in_use, or an orphan lease counted in orphan_leases.
+ *	  Eviction removes only entries where both are zero (checked under the
+ *	  entry spinlock, with every partition lock held exclusively), so a lease
+ *	  may keep a pointer to its tenant and use it after taking the lease's
+ *	  own lock.  Whoever drops the last pin must not touch the entry again.
+ *
+ * 3. Eviction (shared memory full) takes evict_lock, then every tenant
+ *	  partition lock EXCLUSIVE in ascending order.  Only on a miss with a full
+ *	  table: never on the path of a tenant that already has an entry.
+ *
+ * 4. Lease table (slots.c).  A partitioned dynahash with its own
+ *	  FS_LEASE_PARTITIONS LWLocks, EXCLUSIVE for every change.  Sweeping
+ *	  expired leases takes them all in ascending order.  A backend never holds
+ *	  a tenant partition lock and a lease partition lock at the same time;
+ *	  under a lease lock it may take a tenant entry's spinlock (the entry is
+ *	  pinned by the lease).
+ *
+ * 5. Queue table.  queues_lock, SHARED to look up, EXCLUSIVE to create.
+ *	  Queues are never removed while the server runs, so backends cache
+ *	  FsQueue pointers and skip the lock afterwards; a queue's own fields are
+ *	  under its spinlock.
+ *
+ * 6. Counters for the whole server (FsShared.stats) are under stats_mutex,
+ *	  copied out under it by readers.  The limits generation and the lease id
+ *	  counter are atomics.
+ *
+ * 7. No spinlock is held across anything that can fail (palloc, ereport).
+ *	  LWLocks are released by error recovery, but still no fairshare LWLock is
+ *	  held across SPI or other I/O: loading limits (SPI) happens with no
+ *	  fairshare lock held at all.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "budget.h"
+#include "gate.h"
+#include "tenant_limits.h"
+#include "shmem.h"
+#include "slots.h"
+#include "statefile.h"
+
+/* Entries evicted by one pass, as a share of the table (at least one). */
+#define FS_EVICT_FRACTION	0.05
+
+FsShared   *fs_shared = NULL;
+static HTAB *fs_queue_hash = NULL;
+static HTAB *fs_tenant_hash = NULL;
+
+/* Backend-local cache of queue name -> FsQueue (queues never move). */
+typedef struct FsLocalQueue
+{
+	char		name[FS_NAME_BUFLEN];	/* hash key */
+	FsQueue    *queue;
+} FsLocalQueue;
+
+static HTAB *fs_local_queues = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+StaticAssertDecl(sizeof(FsTenant) <= 224,
+				 "a tenant entry must fit in 256 bytes with the hash table's overhead");
+
+static uint32
+fs_tenant_key_hash(const void *key, Size keysize pg_attribute_unused())
+{
+	const FsTenantKey *k = (const FsTenantKey *) key;
+
+	return hash_combine(murmurhash32(k->queue_id),
+						hash_bytes((const unsigned char *) k->tenant,
+								   (int) strlen(k->tenant)));
+}
+
+static int
+fs_tenant_key_match(const void *key1, const void *key2, Size keysize pg_attribute_unused())
+{
+	const FsTenantKey *a = (const FsTenantKey *) key1;
+	const FsTenantKey *b = (const FsTenantKey *) key2;
+
+	if (a->queue_id != b->queue_id)
+		return 1;
+	return strcmp(a->tenant, b->tenant);
+}
+
+static Size
+fs_control_size(void)
+{
+	return add_size(offsetof(FsShared, queues),
+					mul_size(sizeof(FsQueue *), fs_max_queues));
+}
+
+/* Bytes of shared memory the tenant table takes per entry, all included. */
+Size
+fs_tenant_entry_bytes(void)
+{
+	return hash_estimate_size(fs_max_tenants, sizeof(FsTenant)) / fs_max_tenants;
+}
+
+static Size
+fs_shmem_size(void)
+{
+	Size		size = MAXALIGN(fs_control_size());
+
+	size = add_size(size, hash_estimate_size(fs_max_queues, sizeof(FsQueue)));
+	size = add_size(size, hash_estimate_size(fs_max_tenants, sizeof(FsTenant)));
+	size = add_size(size, fs_slots_shmem_size());
+	return size;
+}
+
+static void
+fs_shmem_request_hook(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+
+	RequestAddinShmemSpace(fs_shmem_size());
+	RequestNamedLWLockTranche("fairshare",
+							  FS_LEASE_LOCKS_OFFSET + FS_LEASE_PARTITIONS);
+}
+
+/*
+ * Create or attach to the shared state.  In the postmaster (and again after
+ * a crash, when the postmaster re-creates shared memory) this also restores
+ * the state file and arranges for it to be written at shutdown.
+ */
+static void
+fs_shmem_startup_hook(void)
+{
+	bool		found;
+	HASHCTL		info;
+	LWLockPadded *locks;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	fs_shared = NULL;
+	fs_queue_hash = NULL;
+	fs_tenant_hash = NULL;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+
+	fs_shared = ShmemInitStruct("fairshare", fs_control_size(), &found);
+	if (!found)
+	{
+		memset(fs_shared, 0, fs_control_size());
+		locks = GetNamedLWLockTranche("fairshare");
+		fs_shared->queues_lock = &locks[0].lock;
+		fs_shared->evict_lock = &locks[1].lock;
+		fs_shared->statefile_lock = &locks[2].lock;
+		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS].lock;
+		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
+		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);
+		SpinLockInit(&fs_shared->stats_mutex);
+		fs_shared->started_at = GetCurrentTimestamp();
+		fs_shared->stats.reset_at = fs_shared->started_at;
+	}
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(FsQueueKey);
+	info.entrysize = sizeof(FsQueue);
+	fs_queue_hash = ShmemInitHash("fairshare queues",
+								  fs_max_queues, fs_max_queues,
+								  &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(FsTenantKey);
+	info.entrysize = sizeof(FsTenant);
+	info.hash = fs_tenant_key_hash;
+	info.match = fs_tenant_key_match;
+	info.num_partitions = FS_TENANT_PARTITIONS;
+	fs_tenant_hash = ShmemInitHash("fairshare tenants",
+								   fs_max_tenants, fs_max_tenants,
+								   &info,
+								   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+								   HASH_PARTITION | HASH_FIXED_SIZE);
+
+	fs_slots_shmem_init();
+
+	LWLockRelease(AddinShmemInitLock);
+
+	/*
+	 * Only the postmaster restores state and saves it at shutdown.  Backends
+	 * attach to what is there.
+	 */
+	if (!IsUnderPostmaster && !found)
+		fs_statefile_startup();
+}
+
+void
+fs_shmem_request(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = fs_shmem_request_hook;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = fs_shmem_startup_hook;
+}
+
+/* Count one event in the server-wide counters. */
+void
+fs_count_global(size_t offset)
+{
+	SpinLockAcquire(&fs_shared->stats_mutex);
+	(*(uint64 *) ((char *) &fs_shared->stats + offset))++;
+	SpinLockRelease(&fs_shared->stats_mutex);
+}
+
+/* ----------------------------------------------------------------
+ * Queues
+ * ----------------------------------------------------------------
+ */
+
+/* Set up a new queue entry.  Caller holds queues_lock exclusively. */
+static void
+fs_queue_init(FsQueue *queue)
+{
+	memset((char *) queue + sizeof(FsQueueKey), 0,
+		   sizeof(FsQueue) - sizeof(FsQueueKey));
+	queue->queue_id = fs_shared->num_queues++;
+	SpinLockInit(&queue->mutex);
+	fs_gate_queue_init(queue);
+	fs_shared->queues[queue->queue_id] = queue;
+}
+
+/*
+ * Create a queue with no lock taken: for restoring state in the postmaster
+ * before any backend exists.  Returns NULL when the table is full.
+ */
+FsQueue *
+fs_queue_insert_unlocked(Oid dboid, const char *name)
+{
+	FsQueueKey	key;
+	FsQueue    *queue;
+	bool		found;
+
+	Assert(!IsUnderPostmaster);
+	memset(&key, 0, sizeof(key));
+	key.dboid = dboid;
+	strlcpy(key.name, name, sizeof(key.name));
+	queue = hash_search(fs_queue_hash, &key, HASH_ENTER_NULL, &found);
+	if (queue != NULL && !found)
+		fs_queue_init(queue);
+	return queue;
+}
+
+/*
+ * Find (or create) the queue of the current database with the given name.
+ * Returns NULL when the queue does not exist and create is false, or when
+ * the queue table is full (counted; the caller fails open).
+ */
+FsQueue *
+fs_queue_lookup(const char *name, bool create)
+{
+	FsQueueKey	key;
+	FsQueue    *queue;
+	FsLocalQueue *cached;
+	bool		found;
+
+	if (fs_local_queues == NULL)
+	{
+		HASHCTL		info;
+
+		info.keysize = FS_NAME_BUFLEN;
+		info.entrysize = sizeof(FsLocalQueue);
+		info.hcxt = TopMemoryContext;
+		fs_local_queues = hash_create("fairshare local queues", 16, &info,
+									  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+
+	cached = hash_search(fs_local_queues, name, HASH_FIND, NULL);
+	if (cached != NULL)
+		return cached->queue;
+
+	memset(&key, 0, sizeof(key));
+	key.dboid = MyDatabaseId;
+	strlcpy(key.name, name, sizeof(key.name));
+
+	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
+	queue = hash_search(fs_queue_hash, &key, HASH_FIND, NULL);
+	LWLockRelease(fs_shared->queues_lock);
+
+	if (queue == NULL && create)
+	{
+		LWLockAcquire(fs_shared->queues_lock, LW_EXCLUSIVE);
+		queue = hash_search(fs_queue_hash, &key, HASH_ENTER_NULL, &found);
+		if (queue != NULL && !found)
+			fs_queue_init(queue);
+		LWLockRelease(fs_shared->queues_lock);
+		if (queue == NULL)
+			FS_COUNT_GLOBAL(queue_table_full);
+	}
+
+	if (queue != NULL)
+	{
+		cached = hash_search(fs_local_queues, name, HASH_ENTER, NULL);
+		cached->queue = queue;
+	}
+	return queue;
+}
+
+/* The queue with the given id (NULL if there is none). */
+FsQueue *
+fs_queue_by_id(uint32 queue_id)
+{
+	FsQueue    *queue = NULL;
+
+	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
+	if (queue_id < (uint32) fs_shared->num_queues)
+		queue = fs_shared->queues[queue_id];
+	LWLockRelease(fs_shared->queues_lock);
+	return queue;
+}
+
+/* ----------------------------------------------------------------
+ * Tenants
+ * ----------------------------------------------------------------
+ */
+
+void
+fs_tenant_key_init(FsTenantKey *key, uint32 queue_id, const char *tenant)
+{
+	memset(key, 0, sizeof(*key));
+	key->queue_id = queue_id;
+	strlcpy(key->tenant, tenant, sizeof(key->tenant));
+}
+
+static void
+fs_tenant_init(FsTenant *entry, TimestampTz now)
+{
+	memset((char *) entry + sizeof(FsTenantKey), 0,
+		   sizeof(FsTenant) - sizeof(FsTenantKey));
+	SpinLockInit(&entry->mutex);
+	entry->flags = FS_TENANT_NEW;
+	entry->limits_generation = 0;	/* never current: limits load on first use */
+	entry->budget_ms_per_minute = -1;
+	entry->weight = 1.0;
+	entry->max_slots = 1;
+	entry->throttle = 1.0;
+	entry->touched_at = now;
+	entry->earliest_expiry = DT_NOEND;
+}
+
+/*
+ * Bring an entry's time-dependent state up to `now`: the token bucket
+ * accrues for the time since the last decision.  Call with the entry's
+ * spinlock held, before deciding anything for it.
+ */
+void
+fs_tenant_touch(FsTenant *entry, TimestampTz now)
+{
+	if (now > entry->touched_at)
+	{
+		fs_budget_accrue(entry, now);
+		entry->touched_at = now;
+	}
+}
+
+/*
+ * May this entry be evicted?  Only when forgetting it loses nothing a fresh
+ * entry would not give back: no slot held, no orphan lease, no backlog, a
+ * full token bucket.  Called with the entry's spinlock held.
+ */
+static bool
+fs_tenant_is_idle(FsTenant *entry, TimestampTz now)
+{
+	if (entry->slots_in_use > 0 || entry->orphan_leases > 0 || entry->ready_rows > 0)
+		return false;
+	return fs_budget_is_full(entry, now);
+}
+
+typedef struct FsEvictCandidate
+{
+	FsTenant   *entry;
+	TimestampTz touched_at;
+} FsEvictCandidate;
+
+static int
+fs_evict_candidate_cmp(const void *a, const void *b)
+{
+	TimestampTz ta = ((const FsEvictCandidate *) a)->touched_at;
+	TimestampTz tb = ((const FsEvictCandidate *) b)->touched_at;
+
+	return (ta > tb) - (ta < tb);
+}
+
+/*
+ * Evict the least recently used idle entries (FS_EVICT_FRACTION of the
+ * table).  Returns how many were evicted.  The candidate array is allocated
+ * before any lock is taken.
+ */
+static int
+fs_tenant_evict(TimestampTz now)
+{
+	HASH_SEQ_STATUS seq;
+	FsTenant   *entry;
+	FsEvictCandidate *candidates;
+	int			ncandidates = 0;
+	int			want;
+	int			evicted = 0;
+	int			i;
+
+	candidates = palloc(sizeof(FsEvictCandidate) * fs_max_tenants);
+	want = Max(1, (int) (fs_max_tenants * FS_EVICT_FRACTION));
+
+	LWLockAcquire(fs_shared->evict_lock, LW_EXCLUSIVE);
+	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
+		LWLockAcquire(&fs_shared->tenant_locks[i], LW_EXCLUSIVE);
+
+	hash_seq_init(&seq, fs_tenant_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		bool		idle;
+
+		SpinLockAcquire(&entry->mutex);
+		idle = fs_tenant_is_idle(entry, now);
+		SpinLockRelease(&entry->mutex);
+		if (idle && ncandidates < fs_max_tenants)
+		{
+			candidates[ncandidates].entry = entry;
+			candidates[ncandidates].touched_at = entry->touched_at;
+			ncandidates++;
+		}
+	}
+
+	if (ncandidates > want)
+		qsort(candidates, ncandidates, sizeof(FsEvictCandidate), fs_evict_candidate_cmp);
+
+	for (i = 0; i < ncandidates && evicted < want; i++)
+	{
+		FsTenantKey key = candidates[i].entry->key;
+
+		if (hash_search(fs_tenant_hash, &key, HASH_REMOVE, NULL) != NULL)
+			evicted++;
+	}
+
+	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_shared->tenant_locks[i]);
+	LWLockRelease(fs_shared->evict_lock);
+
+	pfree(candidates);
+
+	SpinLockAcquire(&fs_shared->stats_mutex);
+	fs_shared->stats.evictions += evicted;
+	fs_shared->stats.eviction_passes++;
+	SpinLockRelease(&fs_shared->stats_mutex);
+
+	return evicted;
+}
+
+static inline LWLock *
+fs_tenant_partition_lock(uint32 hashvalue)
+{
+	return &fs_shared->tenant_locks[hashvalue % FS_TENANT_PARTITIONS];
+}
+
+/*
+ * Look up (and optionally create) the entry of `tenant` in `queue`, with its
+ * limits current.  On success the entry's partition lock is held (release it
+ * with fs_tenant_close()) and ref->limits holds the limits to decide with.
+ *
+ * Returns NULL, holding nothing, when the entry does not exist and create is
+ * false, or when the table is full and nothing can be evicted (counted: the
+ * caller fails open).
+ *
+ * Limits are cached in the entry together with the generation they were
+ * loaded at.  When they are stale we let go of every lock, load them with
+ * SPI (tenant_limits.c), and store them on the way back in.
+ */
+FsTenant *
+fs_tenant_open(FsQueue *queue, const char *tenant, bool create, FsTenantRef *ref)
+{
+	FsTenantKey key;
+	uint32		hashvalue;
+	LWLock	   *lock;
+	FsTenant   *entry;
+	bool		found;
+	bool		evicted = false;
+	bool		resolved = false;
+	uint32		generation = 0;
+
+	fs_tenant_key_init(&key, queue->queue_id, tenant);
+	hashvalue = get_hash_value(fs_tenant_hash, &key);
+	lock = fs_tenant_partition_lock(hashvalue);
+	ref->created = false;
+
+	for (;;)
+	{
+		LWLockAcquire(lock, LW_SHARED);
+		entry = hash_search_with_hash_value(fs_tenant_hash, &key, hashvalue,
+											HASH_FIND, NULL);
+		if (entry == NULL && create)
+		{
+			LWLockRelease(lock);
+			LWLockAcquire(lock, LW_EXCLUSIVE);
+			entry = hash_search_with_hash_value(fs_tenant_hash, &key, hashvalue,
+												HASH_ENTER_NULL, &found);
+			if (entry == NULL)
+			{
+				LWLockRelease(lock);
+				if (!evicted)
+				{
+					/* Full: evict idle entries once, then try again. */
+					evicted = true;
+					fs_tenant_evict(fs_now());
+					continue;
+				}
+				FS_COUNT_GLOBAL(tenant_table_full);
+				return NULL;
+			}
+			if (!found)
+			{
+				fs_tenant_init(entry, fs_now());
+				SpinLockAcquire(&queue->mutex);
+				queue->tenants++;
+				SpinLockRelease(&queue->mutex);
+				ref->created = true;
+			}
+		}
+		if (entry == NULL)
+		{
+			LWLockRelease(lock);
+			return NULL;
+		}
+
+		SpinLockAcquire(&entry->mutex);
+		if (fs_limits_current(entry))
+			fs_limits_copy_out(entry, &ref->limits);
+		else if (resolved)
+			fs_limits_store(entry, &ref->limits, generation);	/* loaded just now */
+		else
+		{
+			SpinLockRelease(&entry->mutex);
+			LWLockRelease(lock);
+			fs_limits_resolve(queue, tenant, &ref->limits, &generation);
+			resolved = true;
+			continue;
+		}
+		SpinLockRelease(&entry->mutex);
+
+		ref->entry = entry;
+		ref->partition_lock = lock;
+		return entry;
+	}
+}
+
+void
+fs_tenant_close(FsTenantRef *ref)
+{
+	if (ref->partition_lock != NULL)
+		LWLockRelease(ref->partition_lock);
+	ref->partition_lock = NULL;
+	ref->entry = NULL;
+}
+
+/*
+ * Insert an entry with no lock taken: for restoring state in the postmaster
+ * before any backend exists.  Returns NULL when the table is full.
+ */
+FsTenant *
+fs_tenant_insert_unlocked(const FsTenantKey *key)
+{
+	FsTenant   *entry;
+	bool		found;
+	FsQueue    *queue;
+
+	Assert(!IsUnderPostmaster);
+	entry = hash_search(fs_tenant_hash, key, HASH_ENTER_NULL, &found);
+	if (entry != NULL && !found)
+	{
+		fs_tenant_init(entry, GetCurrentTimestamp());
+		entry->flags = 0;
+		queue = fs_shared->queues[key->queue_id];
+		queue->tenants++;
+	}
+	return entry;
+}
+
+/*
+ * Call `visitor` with a copy of every tenant entry (taken under its
+ * spinlock).  Every partition lock is held in shared mode meanwhile: that
+ * keeps new tenants from being added during the scan but never blocks a
+ * decision for an existing one.  The visitor may palloc (LWLocks are
+ * released if it errors) but must not take fairshare locks.
+ */
+void
+fs_tenant_foreach(fs_tenant_visitor visitor, void *arg)
+{
+	HASH_SEQ_STATUS seq;
+	FsTenant   *entry;
+	FsTenant	copy;
+	int			i;
+
+	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
+		LWLockAcquire(&fs_shared->tenant_locks[i], LW_SHARED);
+
+	hash_seq_init(&seq, fs_tenant_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		memcpy(&copy, entry, sizeof(FsTenant));
+		SpinLockRelease(&entry->mutex);
+		visitor(&copy, arg);
+	}
+
+	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_shared->tenant_locks[i]);
+}
+
+/*
+ * Apply `mutator` to every entry, under the entry's spinlock (so it must be
+ * short and must not fail).  Used by reset.
+ */
+void
+fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg)
+{
+	HASH_SEQ_STATUS seq;
+	FsTenant   *entry;
+	int			i;
+
+	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
+		LWLockAcquire(&fs_shared->tenant_locks[i], LW_SHARED);
+
+	hash_seq_init(&seq, fs_tenant_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		mutator(entry, arg);
+		SpinLockRelease(&entry->mutex);
+	}
+
+	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_shared->tenant_locks[i]);
+}
+
+/* Number of tenant entries (a consistent count: takes every partition). */
+long
+fs_tenant_count(void)
+{
+	long		n;
+	int			i;
+
+	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
+		LWLockAcquire(&fs_shared->tenant_locks[i], LW_SHARED);
+	n = hash_get_num_entries(fs_tenant_hash);
+	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_shared->tenant_locks[i]);
+	return n;
+}

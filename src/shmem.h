@@ -1,0 +1,177 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *	  fairshare's shared state: queues, (queue, tenant) entries, and the
+ *	  control structure.  The locking rules are written once, at the top of
+ *	  shmem.c; read them before touching anything declared here.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_SHMEM_H
+#define FAIRSHARE_SHMEM_H
+
+#include "fairshare.h"
+
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+
+/* Partitions of the tenant table; a power of two. */
+#define FS_TENANT_PARTITIONS	128
+
+/*
+ * The "fairshare" LWLock tranche: FS_MISC_LOCKS named locks, then the tenant
+ * partitions, then the lease partitions (slots.h).
+ */
+#define FS_MISC_LOCKS			3
+#define FS_LEASE_LOCKS_OFFSET	(FS_MISC_LOCKS + FS_TENANT_PARTITIONS)
+
+/*
+ * A queue, per database.  Queues are created on first use and live until
+ * the server stops (they are few: fairshare.max_queues).  Their addresses
+ * never change, so backends cache pointers to them.
+ */
+typedef struct FsQueueKey
+{
+	Oid			dboid;
+	char		name[FS_NAME_BUFLEN];
+} FsQueueKey;
+
+typedef struct FsQueue
+{
+	FsQueueKey	key;			/* hash key: must be first */
+	uint32		queue_id;		/* index in FsShared->queues, stable */
+	slock_t		mutex;			/* protects the fields below */
+	uint64		tenants;		/* tenant entries of this queue */
+} FsQueue;
+
+/*
+ * A (queue, tenant) entry.  Everything fairshare decides for a tenant is
+ * kept here; it is meant to stay within 224 bytes so that an entry with the
+ * hash table's own overhead fits in 256 (checked at compile time in shmem.c).
+ */
+typedef struct FsTenantKey
+{
+	uint32		queue_id;
+	char		tenant[FS_NAME_BUFLEN];
+} FsTenantKey;
+
+/* Effective limits of a tenant, after falling back on the defaults. */
+typedef struct FsLimits
+{
+	int32		max_slots;
+	int32		min_slots;
+	float8		weight;
+	float8		budget_ms_per_minute;	/* < 0: no budget (unlimited) */
+	float8		throttle;		/* throttle_pct / 100, in [0, 1] */
+} FsLimits;
+
+typedef struct FsTenant
+{
+	FsTenantKey key;			/* hash key: must be first */
+	slock_t		mutex;			/* protects everything below */
+	uint8		flags;
+	uint16		orphan_leases;	/* leases restored after a crash, not yet
+								 * renewed: they pin the entry */
+	int32		slots_in_use;	/* live leases (and leases being released) */
+	uint32		limits_generation;	/* of the cached limits below */
+	int32		max_slots;
+	int32		min_slots;
+	float8		weight;
+	float8		budget_ms_per_minute;
+	float8		throttle;
+	float8		token_balance;	/* exact as of touched_at */
+	TimestampTz touched_at;		/* last decision; see fs_tenant_touch() */
+	TimestampTz earliest_expiry;	/* no live lease expires before this */
+	float8		virtual_finish; /* fair order: finish tag of the last claim */
+	int64		ready_rows;		/* fair dequeue backlog */
+	uint64		decisions[FS_NUM_TENANT_REASONS];
+	uint64		leases_expired;
+	uint64		failed_to_deliver;
+	float8		served_ms;		/* work served, for fairness metrics */
+} FsTenant;
+
+/* FsTenant.flags */
+#define FS_TENANT_NEW			0x01	/* created by this decision */
+
+/* Counters kept for the whole server, under FsShared->stats_mutex. */
+typedef struct FsGlobalStats
+{
+	uint64		fail_open;		/* decisions granted without state */
+	uint64		evictions;		/* idle tenant entries evicted */
+	uint64		eviction_passes;
+	uint64		tenant_table_full;	/* lookups that found no free entry */
+	uint64		queue_table_full;
+	uint64		lease_table_full;
+	uint64		leases_expired;
+	uint64		leases_orphaned;	/* restored after a crash */
+	uint64		leases_reregistered;	/* orphans renewed after a crash */
+	TimestampTz reset_at;
+} FsGlobalStats;
+
+/* How the state in shared memory began. */
+typedef enum FsStartKind
+{
+	FS_START_FRESH = 0,			/* no state file: a first start */
+	FS_START_RESTORED,			/* restored after a clean shutdown */
+	FS_START_AFTER_CRASH		/* the last run did not shut down cleanly */
+} FsStartKind;
+
+typedef struct FsShared
+{
+	LWLock	   *queues_lock;	/* the queue table */
+	LWLock	   *evict_lock;		/* one eviction pass at a time */
+	LWLock	   *statefile_lock; /* one state-file writer at a time */
+	LWLock	   *tenant_locks;	/* FS_TENANT_PARTITIONS of them */
+
+	pg_atomic_uint32 limits_generation; /* bumped when fs_limits commits */
+	pg_atomic_uint64 next_lease_id;
+
+	FsStartKind start_kind;
+	TimestampTz started_at;
+	int64		first_lease_id; /* of this run: older ids predate it */
+
+	slock_t		stats_mutex;
+	FsGlobalStats stats;
+
+	int			num_queues;		/* under queues_lock */
+	FsQueue    *queues[FLEXIBLE_ARRAY_MEMBER];	/* by queue_id */
+} FsShared;
+
+extern FsShared *fs_shared;
+
+/*
+ * What fs_tenant_open() hands back: the entry, the partition lock the caller
+ * now holds, and a copy of the effective limits to decide with.
+ */
+typedef struct FsTenantRef
+{
+	FsTenant   *entry;
+	LWLock	   *partition_lock;
+	FsLimits	limits;
+	bool		created;
+} FsTenantRef;
+
+typedef void (*fs_tenant_visitor) (const FsTenant *copy, void *arg);
+typedef void (*fs_tenant_mutator) (FsTenant *entry, void *arg);
+
+/* shmem.c */
+extern void fs_shmem_request(void);
+extern FsQueue *fs_queue_lookup(const char *name, bool create);
+extern FsQueue *fs_queue_by_id(uint32 queue_id);
+extern FsQueue *fs_queue_insert_unlocked(Oid dboid, const char *name);
+extern void fs_tenant_key_init(FsTenantKey *key, uint32 queue_id, const char *tenant);
+extern FsTenant *fs_tenant_open(FsQueue *queue, const char *tenant, bool create,
+								FsTenantRef *ref);
+extern void fs_tenant_close(FsTenantRef *ref);
+extern FsTenant *fs_tenant_insert_unlocked(const FsTenantKey *key);
+extern void fs_tenant_touch(FsTenant *entry, TimestampTz now);
+extern void fs_tenant_foreach(fs_tenant_visitor visitor, void *arg);
+extern void fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg);
+extern long fs_tenant_count(void);
+extern void fs_count_global(size_t offset);
+extern Size fs_tenant_entry_bytes(void);
+
+#define FS_COUNT_GLOBAL(field) fs_count_global(offsetof(FsGlobalStats, field))
+
+#endif							/* FAIRSHARE_SHMEM_H */

@@ -1,0 +1,929 @@
+/*-------------------------------------------------------------------------
+ *
+ * slots.c
+ *	  Per-tenant concurrency slots, held through leases.
+ *
+ * fs_acquire_slot() checks a tenant's slots against its ceiling and takes
+ * one in the same spinlock-protected step, so the check-and-take is atomic
+ * across backends.  The slot is held by a lease: a row of the shared lease
+ * table with an expiry.  A lease ends when it is released, or when it is not
+ * renewed in time (whoever looks at it next, or the sweeper, frees the slot).
+ *
+ * Leases follow the transaction that touches them:
+ *
+ *	- A lease acquired in a transaction that aborts is returned at abort
+ *	  (likewise for a subtransaction rolled back to its savepoint).
+ *	- A release of a lease acquired in the same (sub)transaction frees the
+ *	  slot at once: whatever happens, that lease will not outlive it.
+ *	- Any other release takes effect at commit; until then the lease is
+ *	  RELEASING (nobody else can release or renew it), and an abort makes it
+ *	  live again.  An acquire for the same tenant later in that transaction
+ *	  takes over the slot being released, so "finish one job, claim the next"
+ *	  in one transaction needs no spare slot.
+ *
+ * Backend-local records of what this transaction did to leases drive the
+ * commit and abort work; the shared lease table is the truth.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "budget.h"
+#include "gate.h"
+#include "slots.h"
+
+PG_FUNCTION_INFO_V1(fs_acquire_slot);
+PG_FUNCTION_INFO_V1(fs_release_slot);
+PG_FUNCTION_INFO_V1(fs_renew_slot);
+
+static HTAB *fs_lease_hash = NULL;
+static LWLockPadded *fs_lease_locks = NULL;
+
+/* ----------------------------------------------------------------
+ * What this transaction did to leases (backend-local)
+ * ----------------------------------------------------------------
+ */
+typedef enum FsLocalKind
+{
+	FS_LOCAL_DEAD = 0,			/* settled; skipped */
+	FS_LOCAL_ACQUIRED,			/* acquired in this transaction */
+	FS_LOCAL_RELEASING			/* released in this transaction, at commit */
+} FsLocalKind;
+
+typedef struct FsLocalLease
+{
+	int64		lease_id;
+	FsTenant   *tenant;			/* pinned by the lease while it exists */
+	SubTransactionId subid;
+	uint8		kind;			/* FsLocalKind */
+	bool		handed_over;	/* RELEASING: a later acquire took its slot */
+	int			took_over;		/* ACQUIRED: 1 + index of the RELEASING
+								 * record whose slot it took, or 0 */
+} FsLocalLease;
+
+static FsLocalLease *local_leases = NULL;
+static int	local_count = 0;
+static int	local_capacity = 0;
+static int	local_pending_slots = 0;	/* RELEASING records not handed over */
+
+static void
+fs_local_push(int64 lease_id, FsTenant *tenant, FsLocalKind kind, int took_over)
+{
+	FsLocalLease *rec;
+
+	if (local_count == local_capacity)
+	{
+		int			newcap = local_capacity == 0 ? 16 : local_capacity * 2;
+
+		if (local_leases == NULL)
+			local_leases = MemoryContextAlloc(TopMemoryContext,
+											  newcap * sizeof(FsLocalLease));
+		else
+			local_leases = repalloc(local_leases, newcap * sizeof(FsLocalLease));
+		local_capacity = newcap;
+	}
+	rec = &local_leases[local_count++];
+	rec->lease_id = lease_id;
+	rec->tenant = tenant;
+	rec->subid = GetCurrentSubTransactionId();
+	rec->kind = kind;
+	rec->handed_over = false;
+	rec->took_over = took_over;
+}
+
+/* Drop settled records from the end (the common acquire-then-release case). */
+static void
+fs_local_trim(void)
+{
+	while (local_count > 0 && local_leases[local_count - 1].kind == FS_LOCAL_DEAD)
+		local_count--;
+}
+
+static int
+fs_local_find(int64 lease_id, FsLocalKind kind)
+{
+	int			i;
+
+	for (i = local_count - 1; i >= 0; i--)
+		if (local_leases[i].lease_id == lease_id && local_leases[i].kind == kind)
+			return i;
+	return -1;
+}
+
+/* A RELEASING record of this tenant whose slot is still free to take. */
+static int
+fs_local_find_pending(FsTenant *tenant)
+{
+	int			i;
+
+	if (local_pending_slots == 0)
+		return -1;
+	for (i = local_count - 1; i >= 0; i--)
+		if (local_leases[i].kind == FS_LOCAL_RELEASING &&
+			!local_leases[i].handed_over &&
+			local_leases[i].tenant == tenant)
+			return i;
+	return -1;
+}
+
+/* ----------------------------------------------------------------
+ * Shared memory
+ * ----------------------------------------------------------------
+ */
+
+Size
+fs_slots_shmem_size(void)
+{
+	return hash_estimate_size(fs_max_leases, sizeof(FsLease));
+}
+
+void
+fs_slots_shmem_init(void)
+{
+	HASHCTL		info;
+
+	fs_lease_locks = &GetNamedLWLockTranche("fairshare")[FS_LEASE_LOCKS_OFFSET];
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(int64);
+	info.entrysize = sizeof(FsLease);
+	info.num_partitions = FS_LEASE_PARTITIONS;
+	fs_lease_hash = ShmemInitHash("fairshare leases",
+								  fs_max_leases, fs_max_leases,
+								  &info,
+								  HASH_ELEM | HASH_BLOBS | HASH_PARTITION |
+								  HASH_FIXED_SIZE);
+}
+
+static inline LWLock *
+fs_lease_lock(uint32 hashvalue)
+{
+	return &fs_lease_locks[hashvalue % FS_LEASE_PARTITIONS].lock;
+}
+
+/*
+ * Give back a slot of `tenant` (pinned by the caller's lease, which is gone
+ * or no longer counted).  Never goes below zero.  After this the caller must
+ * not touch the entry: the pin is gone.
+ */
+static void
+fs_tenant_slot_free(FsTenant *tenant, bool expired)
+{
+	SpinLockAcquire(&tenant->mutex);
+	if (tenant->slots_in_use > 0)
+		tenant->slots_in_use--;
+	if (tenant->slots_in_use == 0)
+		tenant->earliest_expiry = DT_NOEND;
+	if (expired)
+		tenant->leases_expired++;
+	SpinLockRelease(&tenant->mutex);
+	if (expired)
+		FS_COUNT_GLOBAL(leases_expired);
+}
+
+static inline void
+fs_tenant_note_expiry(FsTenant *tenant, TimestampTz expires_at)
+{
+	SpinLockAcquire(&tenant->mutex);
+	if (expires_at < tenant->earliest_expiry)
+		tenant->earliest_expiry = expires_at;
+	SpinLockRelease(&tenant->mutex);
+}
+
+/* ----------------------------------------------------------------
+ * Acquire, release, renew
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Decide whether `tenant` of `queue` may take a slot, and take it.  On a
+ * grant, decision->lease_id is the new lease; on a denial it is 0 and
+ * decision->reason says why.  When state cannot be kept (a table is full)
+ * the slot is granted anyway with reason fail_open and an untracked lease id.
+ */
+void
+fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
+				TimestampTz now, FsSlotDecision *decision)
+{
+	FsTenantRef ref;
+	FsTenant   *entry;
+	TimestampTz expires_at = now + lease_usecs;
+	bool		swept = false;
+	bool		granted;
+	bool		need_sweep;
+	int			pending;
+	int32		ceiling;
+	FsReason	deny_reason;
+	int64		lease_id;
+	uint32		hashvalue;
+	LWLock	   *lock;
+	FsLease    *lease;
+	bool		found;
+
+	decision->lease_id = 0;
+	decision->slots_in_use = 0;
+	decision->ceiling = 0;
+
+	if (queue == NULL)
+		goto fail_open;
+
+retry:
+	entry = fs_tenant_open(queue, tenant, true, &ref);
+	if (entry == NULL)
+		goto fail_open;
+
+	ceiling = fs_gate_ceiling(queue, &ref.limits, now, &deny_reason);
+	pending = fs_local_find_pending(entry);
+	need_sweep = false;
+
+	SpinLockAcquire(&entry->mutex);
+	fs_tenant_touch(entry, now);
+	if (pending >= 0)
+		granted = true;			/* take over the slot this xact releases */
+	else if (entry->slots_in_use < ceiling)
+	{
+		entry->slots_in_use++;
+		granted = true;
+	}
+	else
+	{
+		granted = false;
+		need_sweep = entry->earliest_expiry <= now && !swept;
+	}
+	if (granted)
+	{
+		if (expires_at < entry->earliest_expiry)
+			entry->earliest_expiry = expires_at;
+		entry->decisions[FS_REASON_GRANTED]++;
+	}
+	else if (!need_sweep)
+		entry->decisions[deny_reason]++;
+	decision->slots_in_use = entry->slots_in_use;
+	SpinLockRelease(&entry->mutex);
+	fs_tenant_close(&ref);
+
+	decision->ceiling = ceiling;
+	if (!granted)
+	{
+		if (need_sweep)
+		{
+			/* One of its leases may have expired: free them and look again. */
+			fs_sweep_expired_leases(now);
+			swept = true;
+			goto retry;
+		}
+		decision->reason = deny_reason;
+		return;
+	}
+
+	/* The slot is ours (and pins the entry).  Record the lease. */
+	lease_id = (int64) pg_atomic_fetch_add_u64(&fs_shared->next_lease_id, 1);
+	hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	lock = fs_lease_lock(hashvalue);
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_ENTER_NULL, &found);
+	if (lease == NULL)
+	{
+		/* Full: free expired leases once, then try again. */
+		LWLockRelease(lock);
+		fs_sweep_expired_leases(now);
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+											HASH_ENTER_NULL, &found);
+	}
+	if (lease != NULL)
+	{
+		lease->tenant = entry;
+		lease->acquired_at = now;
+		lease->expires_at = expires_at;
+		lease->holder_pid = MyProcPid;
+		lease->state = FS_LEASE_LIVE;
+	}
+	LWLockRelease(lock);
+
+	if (lease == NULL)
+	{
+		/* No room to track it: give the slot back and fail open. */
+		SpinLockAcquire(&entry->mutex);
+		entry->decisions[FS_REASON_GRANTED]--;
+		SpinLockRelease(&entry->mutex);
+		if (pending < 0)
+			fs_tenant_slot_free(entry, false);
+		FS_COUNT_GLOBAL(lease_table_full);
+		decision->lease_id = lease_id;
+		decision->reason = FS_REASON_FAIL_OPEN;
+		FS_COUNT_GLOBAL(fail_open);
+		return;
+	}
+
+	fs_local_push(lease_id, entry, FS_LOCAL_ACQUIRED, pending >= 0 ? pending + 1 : 0);
+	if (pending >= 0)
+	{
+		local_leases[pending].handed_over = true;
+		local_pending_slots--;
+	}
+	decision->lease_id = lease_id;
+	decision->reason = FS_REASON_GRANTED;
+	return;
+
+fail_open:
+	decision->lease_id = (int64) pg_atomic_fetch_add_u64(&fs_shared->next_lease_id, 1);
+	decision->reason = FS_REASON_FAIL_OPEN;
+	FS_COUNT_GLOBAL(fail_open);
+}
+
+/*
+ * Remove an expired lease found under its lock; frees its slot (or its
+ * orphan pin).  Returns with the lock released.
+ */
+static void
+fs_lease_expire_locked(FsLease *lease, uint32 hashvalue, LWLock *lock)
+{
+	FsTenant   *tenant = lease->tenant;
+	bool		orphan = lease->state == FS_LEASE_ORPHAN;
+	int64		lease_id = lease->lease_id;
+
+	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
+	if (orphan)
+	{
+		SpinLockAcquire(&tenant->mutex);
+		if (tenant->orphan_leases > 0)
+			tenant->orphan_leases--;
+		SpinLockRelease(&tenant->mutex);
+		LWLockRelease(lock);
+	}
+	else
+	{
+		LWLockRelease(lock);
+		fs_tenant_slot_free(tenant, true);
+	}
+}
+
+/*
+ * Release a lease.  True if it was live (or an orphan from before a crash)
+ * and is now released (at once, or at commit: see the file header); false if
+ * it is unknown, expired, or already released.
+ */
+bool
+fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs)
+{
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+	FsTenant   *tenant;
+	int			acquired;
+
+	*held_usecs = 0;
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_FIND, NULL);
+	if (lease == NULL || lease->state == FS_LEASE_RELEASING)
+	{
+		LWLockRelease(lock);
+		return false;
+	}
+	if (lease->expires_at <= now)
+	{
+		fs_lease_expire_locked(lease, hashvalue, lock);
+		return false;
+	}
+
+	tenant = lease->tenant;
+	*held_usecs = now - lease->acquired_at;
+
+	if (lease->state == FS_LEASE_ORPHAN)
+	{
+		/* Its holder finished after a crash: forget it. */
+		hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
+		SpinLockAcquire(&tenant->mutex);
+		if (tenant->orphan_leases > 0)
+			tenant->orphan_leases--;
+		SpinLockRelease(&tenant->mutex);
+		LWLockRelease(lock);
+		return true;
+	}
+
+	acquired = fs_local_find(lease_id, FS_LOCAL_ACQUIRED);
+	if (acquired >= 0 && local_leases[acquired].subid == GetCurrentSubTransactionId())
+	{
+		/* Acquired in this very (sub)transaction: free it now. */
+		int			took_over = local_leases[acquired].took_over;
+
+		hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
+		LWLockRelease(lock);
+		local_leases[acquired].kind = FS_LOCAL_DEAD;
+		if (took_over > 0)
+		{
+			/* Its slot goes back to the release it was taken from. */
+			local_leases[took_over - 1].handed_over = false;
+			local_pending_slots++;
+		}
+		else
+			fs_tenant_slot_free(tenant, false);
+		fs_local_trim();
+		return true;
+	}
+
+	/* Released at commit. */
+	lease->state = FS_LEASE_RELEASING;
+	lease->holder_pid = MyProcPid;
+	LWLockRelease(lock);
+	fs_local_push(lease_id, tenant, FS_LOCAL_RELEASING, 0);
+	local_pending_slots++;
+	return true;
+}
+
+/*
+ * Extend a live lease to now + lease_usecs.  An orphan from before a crash is
+ * counted again (re-registered).  False if the lease is unknown, expired, or
+ * being released.
+ */
+bool
+fs_slot_renew(int64 lease_id, int64 lease_usecs, TimestampTz now)
+{
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+	FsTenant   *tenant;
+	TimestampTz expires_at = now + lease_usecs;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_FIND, NULL);
+	if (lease == NULL || lease->state == FS_LEASE_RELEASING)
+	{
+		LWLockRelease(lock);
+		return false;
+	}
+	if (lease->expires_at <= now)
+	{
+		fs_lease_expire_locked(lease, hashvalue, lock);
+		return false;
+	}
+
+	tenant = lease->tenant;
+	lease->expires_at = expires_at;
+	if (lease->state == FS_LEASE_ORPHAN)
+	{
+		lease->state = FS_LEASE_LIVE;
+		SpinLockAcquire(&tenant->mutex);
+		if (tenant->orphan_leases > 0)
+			tenant->orphan_leases--;
+		tenant->slots_in_use++;
+		if (expires_at < tenant->earliest_expiry)
+			tenant->earliest_expiry = expires_at;
+		SpinLockRelease(&tenant->mutex);
+		LWLockRelease(lock);
+		FS_COUNT_GLOBAL(leases_reregistered);
+		return true;
+	}
+	fs_tenant_note_expiry(tenant, expires_at);
+	LWLockRelease(lock);
+	return true;
+}
+
+/* ----------------------------------------------------------------
+ * Sweeping expired leases
+ * ----------------------------------------------------------------
+ */
+
+typedef struct FsSweepItem
+{
+	FsTenant   *tenant;
+	TimestampTz expires_at;		/* survivors: their expiry */
+	int32		freed;			/* expired leases that held a slot */
+	int32		orphans_freed;
+} FsSweepItem;
+
+static int
+fs_sweep_item_cmp(const void *a, const void *b)
+{
+	uintptr_t	ta = (uintptr_t) ((const FsSweepItem *) a)->tenant;
+	uintptr_t	tb = (uintptr_t) ((const FsSweepItem *) b)->tenant;
+
+	return (ta > tb) - (ta < tb);
+}
+
+/*
+ * Free every expired lease, and recompute the earliest expiry of every
+ * tenant that has leases.  Takes every lease partition lock; between taking
+ * and releasing them nothing can fail (the work array is allocated first).
+ * Returns the number of leases freed.
+ */
+int
+fs_sweep_expired_leases(TimestampTz now)
+{
+	HASH_SEQ_STATUS seq;
+	FsLease    *lease;
+	FsSweepItem *items;
+	int			nitems = 0;
+	int			freed = 0;
+	int			i;
+
+	items = palloc(sizeof(FsSweepItem) * fs_max_leases);
+
+	for (i = 0; i < FS_LEASE_PARTITIONS; i++)
+		LWLockAcquire(&fs_lease_locks[i].lock, LW_EXCLUSIVE);
+
+	hash_seq_init(&seq, fs_lease_hash);
+	while ((lease = hash_seq_search(&seq)) != NULL)
+	{
+		FsSweepItem *item;
+
+		if (nitems >= fs_max_leases)
+		{
+			hash_seq_term(&seq);
+			break;
+		}
+		item = &items[nitems++];
+		item->tenant = lease->tenant;
+		item->freed = 0;
+		item->orphans_freed = 0;
+		item->expires_at = DT_NOEND;
+
+		if (lease->state == FS_LEASE_RELEASING)
+			continue;			/* its transaction settles it */
+		if (lease->expires_at <= now)
+		{
+			if (lease->state == FS_LEASE_ORPHAN)
+				item->orphans_freed = 1;
+			else
+				item->freed = 1;
+			/* Removing the element just returned is allowed during a scan. */
+			hash_search(fs_lease_hash, &lease->lease_id, HASH_REMOVE, NULL);
+			freed++;
+		}
+		else if (lease->state == FS_LEASE_LIVE)
+			item->expires_at = lease->expires_at;
+	}
+
+	/* Group by tenant; every tenant here is pinned by what we hold. */
+	qsort(items, nitems, sizeof(FsSweepItem), fs_sweep_item_cmp);
+	for (i = 0; i < nitems;)
+	{
+		FsTenant   *tenant = items[i].tenant;
+		TimestampTz earliest = DT_NOEND;
+		int32		slots = 0;
+		int32		orphans = 0;
+		int			j;
+
+		for (j = i; j < nitems && items[j].tenant == tenant; j++)
+		{
+			slots += items[j].freed;
+			orphans += items[j].orphans_freed;
+			if (items[j].expires_at < earliest)
+				earliest = items[j].expires_at;
+		}
+
+		SpinLockAcquire(&tenant->mutex);
+		tenant->slots_in_use = Max(0, tenant->slots_in_use - slots);
+		tenant->orphan_leases = (uint16) Max(0, (int) tenant->orphan_leases - orphans);
+		tenant->leases_expired += slots;
+		tenant->earliest_expiry = earliest;
+		SpinLockRelease(&tenant->mutex);
+		i = j;
+	}
+
+	for (i = FS_LEASE_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_lease_locks[i].lock);
+
+	pfree(items);
+
+	if (freed > 0)
+	{
+		SpinLockAcquire(&fs_shared->stats_mutex);
+		fs_shared->stats.leases_expired += freed;
+		SpinLockRelease(&fs_shared->stats_mutex);
+	}
+	return freed;
+}
+
+/* ----------------------------------------------------------------
+ * Iteration and restore (views, state file)
+ * ----------------------------------------------------------------
+ */
+
+void
+fs_lease_foreach(fs_lease_visitor visitor, void *arg)
+{
+	HASH_SEQ_STATUS seq;
+	FsLease    *lease;
+	FsLeaseInfo info;
+	int			i;
+
+	for (i = 0; i < FS_LEASE_PARTITIONS; i++)
+		LWLockAcquire(&fs_lease_locks[i].lock, LW_SHARED);
+
+	hash_seq_init(&seq, fs_lease_hash);
+	while ((lease = hash_seq_search(&seq)) != NULL)
+	{
+		info.lease_id = lease->lease_id;
+		/* The key never changes while the tenant is pinned. */
+		info.tenant_key = lease->tenant->key;
+		info.acquired_at = lease->acquired_at;
+		info.expires_at = lease->expires_at;
+		info.holder_pid = lease->holder_pid;
+		info.state = lease->state;
+		visitor(&info, arg);
+	}
+
+	for (i = FS_LEASE_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_lease_locks[i].lock);
+}
+
+long
+fs_lease_count(void)
+{
+	return hash_get_num_entries(fs_lease_hash);
+}
+
+/*
+ * Put a lease back while restoring state in the postmaster (no locks: no
+ * backend exists yet).  A live lease is counted in its tenant's slots; an
+ * orphan only pins the tenant until it is renewed.
+ */
+bool
+fs_lease_restore(int64 lease_id, FsTenant *tenant, TimestampTz acquired_at,
+				 TimestampTz expires_at, bool orphan)
+{
+	FsLease    *lease;
+	bool		found;
+
+	Assert(!IsUnderPostmaster);
+	if (orphan && tenant->orphan_leases == PG_UINT16_MAX)
+		return false;
+	lease = hash_search(fs_lease_hash, &lease_id, HASH_ENTER_NULL, &found);
+	if (lease == NULL || found)
+		return false;
+	lease->tenant = tenant;
+	lease->acquired_at = acquired_at;
+	lease->expires_at = expires_at;
+	lease->holder_pid = 0;
+	if (orphan)
+	{
+		lease->state = FS_LEASE_ORPHAN;
+		tenant->orphan_leases++;
+	}
+	else
+	{
+		lease->state = FS_LEASE_LIVE;
+		tenant->slots_in_use++;
+		if (expires_at < tenant->earliest_expiry)
+			tenant->earliest_expiry = expires_at;
+	}
+	return true;
+}
+
+/* ----------------------------------------------------------------
+ * Transaction ends
+ * ----------------------------------------------------------------
+ */
+
+/* Make a lease this transaction was releasing live again. */
+static void
+fs_lease_unrelease(int64 lease_id)
+{
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_FIND, NULL);
+	if (lease != NULL && lease->state == FS_LEASE_RELEASING &&
+		lease->holder_pid == MyProcPid)
+	{
+		lease->state = FS_LEASE_LIVE;
+		fs_tenant_note_expiry(lease->tenant, lease->expires_at);
+	}
+	LWLockRelease(lock);
+}
+
+/*
+ * Remove a lease this transaction acquired or released; free its slot
+ * unless `keep_slot` (the slot was handed over to another lease).
+ */
+static void
+fs_lease_drop(int64 lease_id, bool keep_slot)
+{
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+	FsTenant   *tenant;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_FIND, NULL);
+	if (lease == NULL || lease->state == FS_LEASE_ORPHAN)
+	{
+		/* Already expired and swept: nothing left to give back. */
+		LWLockRelease(lock);
+		return;
+	}
+	tenant = lease->tenant;
+	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
+	LWLockRelease(lock);
+	if (!keep_slot)
+		fs_tenant_slot_free(tenant, false);
+}
+
+/*
+ * Settle the records of the whole transaction (subid == InvalidSubTransactionId)
+ * or of one aborted subtransaction.
+ */
+static void
+fs_local_settle(bool commit, SubTransactionId subid)
+{
+	int			i;
+	bool		all = subid == InvalidSubTransactionId;
+
+	if (commit)
+	{
+		for (i = 0; i < local_count; i++)
+			if (local_leases[i].kind == FS_LOCAL_RELEASING)
+				fs_lease_drop(local_leases[i].lease_id, local_leases[i].handed_over);
+		return;
+	}
+
+	/* Abort: first make releases live again, then drop what was acquired. */
+	for (i = 0; i < local_count; i++)
+	{
+		FsLocalLease *rec = &local_leases[i];
+
+		if (rec->kind == FS_LOCAL_RELEASING && (all || rec->subid == subid))
+		{
+			fs_lease_unrelease(rec->lease_id);
+			if (!rec->handed_over)
+				local_pending_slots--;
+			rec->kind = FS_LOCAL_DEAD;
+		}
+	}
+	for (i = 0; i < local_count; i++)
+	{
+		FsLocalLease *rec = &local_leases[i];
+
+		if (rec->kind == FS_LOCAL_ACQUIRED && (all || rec->subid == subid))
+		{
+			fs_lease_drop(rec->lease_id, rec->took_over > 0);
+			if (rec->took_over > 0)
+			{
+				FsLocalLease *from = &local_leases[rec->took_over - 1];
+
+				/* The release it took from lives on in an outer level. */
+				if (from->kind == FS_LOCAL_RELEASING && from->handed_over)
+				{
+					from->handed_over = false;
+					local_pending_slots++;
+				}
+			}
+			rec->kind = FS_LOCAL_DEAD;
+		}
+	}
+}
+
+static void
+fs_local_reset(void)
+{
+	local_count = 0;
+	local_pending_slots = 0;
+	/* Give back memory after an unusually busy transaction. */
+	if (local_capacity > 1024)
+	{
+		pfree(local_leases);
+		local_leases = NULL;
+		local_capacity = 0;
+	}
+}
+
+static void
+fs_slots_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	if (local_count == 0)
+		return;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			fs_local_trim();
+			if (local_count == 0)
+				break;
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that acquired or released fairshare slots"),
+					 errhint("Acquire and release slots outside the prepared transaction.")));
+			break;
+		case XACT_EVENT_COMMIT:
+			fs_local_settle(true, InvalidSubTransactionId);
+			fs_local_reset();
+			break;
+		case XACT_EVENT_ABORT:
+			fs_local_settle(false, InvalidSubTransactionId);
+			fs_local_reset();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+fs_slots_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg pg_attribute_unused())
+{
+	int			i;
+
+	if (local_count == 0)
+		return;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_COMMIT_SUB:
+			for (i = 0; i < local_count; i++)
+				if (local_leases[i].subid == mySubid)
+					local_leases[i].subid = parentSubid;
+			break;
+		case SUBXACT_EVENT_ABORT_SUB:
+			fs_local_settle(false, mySubid);
+			fs_local_trim();
+			break;
+		default:
+			break;
+	}
+}
+
+void
+fs_slots_init(void)
+{
+	RegisterXactCallback(fs_slots_xact_callback, NULL);
+	RegisterSubXactCallback(fs_slots_subxact_callback, NULL);
+}
+
+/* ----------------------------------------------------------------
+ * SQL functions
+ * ----------------------------------------------------------------
+ */
+
+/* fs_acquire_slot(tenant text, queue text, lease interval) RETURNS bigint */
+Datum
+fs_acquire_slot(PG_FUNCTION_ARGS)
+{
+	char		tenant[FS_NAME_BUFLEN];
+	char		queue_name[FS_NAME_BUFLEN];
+	int64		lease_usecs;
+	FsSlotDecision decision;
+
+	fs_check_loaded();
+	fs_name_arg(fcinfo, 0, "tenant", tenant);
+	fs_name_arg(fcinfo, 1, "queue", queue_name);
+	lease_usecs = fs_interval_usecs(fcinfo, 2, "lease");
+
+	fs_slot_acquire(fs_queue_lookup(queue_name, true), tenant, lease_usecs,
+					fs_now(), &decision);
+	if (decision.lease_id == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(decision.lease_id);
+}
+
+static int64
+fs_lease_id_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("lease_id must not be null"),
+				 errhint("Pass the id returned by fs_acquire_slot() or fs_claim().")));
+	return PG_GETARG_INT64(argno);
+}
+
+/* fs_release_slot(lease_id bigint) RETURNS boolean */
+Datum
+fs_release_slot(PG_FUNCTION_ARGS)
+{
+	int64		lease_id;
+	int64		held_usecs;
+
+	fs_check_loaded();
+	lease_id = fs_lease_id_arg(fcinfo, 0);
+	PG_RETURN_BOOL(fs_slot_release(lease_id, fs_now(), &held_usecs));
+}
+
+/* fs_renew_slot(lease_id bigint, lease interval) RETURNS boolean */
+Datum
+fs_renew_slot(PG_FUNCTION_ARGS)
+{
+	int64		lease_id;
+	int64		lease_usecs;
+
+	fs_check_loaded();
+	lease_id = fs_lease_id_arg(fcinfo, 0);
+	lease_usecs = fs_interval_usecs(fcinfo, 1, "lease");
+	PG_RETURN_BOOL(fs_slot_renew(lease_id, lease_usecs, fs_now()));
+}

@@ -1,0 +1,579 @@
+/*-------------------------------------------------------------------------
+ *
+ * statefile.c
+ *	  Saving fairshare's shared state to pg_stat/fairshare.state and
+ *	  restoring it at startup.
+ *
+ * The file is a header followed by tagged sections and a CRC-32C of all of
+ * it.  It is written whole to a temporary file and renamed into place with
+ * durable_rename(), so a reader sees the old file or the new one, never a
+ * mix.  At startup it is read into memory and checked completely (magic,
+ * version, record sizes, CRC, every length) before anything is applied: a
+ * damaged or foreign file is logged and ignored.
+ *
+ * The postmaster restores the file when it creates shared memory (at start,
+ * and again after a crash), and writes it at a clean shutdown.  See
+ * statefile.h for what each kind of file holds.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "port/pg_crc32c.h"
+#include "storage/fd.h"
+#include "storage/ipc.h"
+#include "utils/memutils.h"
+
+#include "slots.h"
+#include "statefile.h"
+
+#define FS_STATE_MAGIC		0x46535331	/* "FSS1" */
+#define FS_STATE_VERSION	1
+
+/* Refuse to read files larger than this (a sanity bound, not a format limit). */
+#define FS_STATE_MAX_BYTES	((Size) 512 * 1024 * 1024)
+
+typedef struct FsStateHeader
+{
+	uint32		magic;
+	uint32		version;
+	uint32		kind;			/* FsStateKind */
+	uint32		tenant_size;	/* sizeof(FsTenant) when written */
+	uint32		lease_size;		/* sizeof(FsLeaseRecord) */
+	uint32		stats_size;		/* sizeof(FsGlobalStats) */
+	TimestampTz saved_at;
+	int64		next_lease_id;
+} FsStateHeader;
+
+/* Sections.  Unknown tags are skipped, so new sections need no new version. */
+typedef enum FsSectionTag
+{
+	FS_SECTION_QUEUES = 1,		/* FsQueueKey; a queue's index is its order */
+	FS_SECTION_TENANTS = 2,		/* FsTenant, key.queue_id = queue index */
+	FS_SECTION_LEASES = 3,		/* FsLeaseRecord */
+	FS_SECTION_STATS = 4,		/* FsGlobalStats */
+	FS_SECTION_END = 0xFFFF
+} FsSectionTag;
+
+typedef struct FsSectionHeader
+{
+	uint32		tag;
+	uint32		item_size;
+	uint64		count;
+} FsSectionHeader;
+
+typedef struct FsLeaseRecord
+{
+	int64		lease_id;
+	uint32		queue_index;
+	char		tenant[FS_NAME_BUFLEN];
+	TimestampTz acquired_at;
+	TimestampTz expires_at;
+} FsLeaseRecord;
+
+/* ----------------------------------------------------------------
+ * Writing
+ * ----------------------------------------------------------------
+ */
+
+typedef struct FsSaveContext
+{
+	StringInfo	buf;
+	uint64		count;
+	uint32		nqueues;		/* queues written; newer ones are skipped */
+} FsSaveContext;
+
+static Size
+fs_section_begin(StringInfo buf, FsSectionTag tag, uint32 item_size)
+{
+	FsSectionHeader header = {tag, item_size, 0};
+	Size		at = buf->len;
+
+	appendBinaryStringInfo(buf, (char *) &header, sizeof(header));
+	return at;
+}
+
+static void
+fs_section_end(StringInfo buf, Size at, uint64 count)
+{
+	((FsSectionHeader *) (buf->data + at))->count = count;
+}
+
+static void
+fs_save_tenant(const FsTenant *tenant, void *arg)
+{
+	FsSaveContext *ctx = (FsSaveContext *) arg;
+	FsTenant	record;
+
+	/* Queues are written in id order, so a queue's index is its id. */
+	if (tenant->key.queue_id >= ctx->nqueues)
+		return;
+	memcpy(&record, tenant, sizeof(FsTenant));
+	appendBinaryStringInfo(ctx->buf, (char *) &record, sizeof(record));
+	ctx->count++;
+}
+
+static void
+fs_save_lease(const FsLeaseInfo *lease, void *arg)
+{
+	FsSaveContext *ctx = (FsSaveContext *) arg;
+	FsLeaseRecord record;
+
+	if (lease->tenant_key.queue_id >= ctx->nqueues)
+		return;
+	memset(&record, 0, sizeof(record));
+	record.lease_id = lease->lease_id;
+	record.queue_index = lease->tenant_key.queue_id;
+	memcpy(record.tenant, lease->tenant_key.tenant, FS_NAME_BUFLEN);
+	record.acquired_at = lease->acquired_at;
+	record.expires_at = lease->expires_at;
+	appendBinaryStringInfo(ctx->buf, (char *) &record, sizeof(record));
+	ctx->count++;
+}
+
+/*
+ * Write the state file.  Returns true on success; failures are reported at
+ * `elevel` (LOG in the postmaster, WARNING or ERROR in a backend) and leave
+ * the previous file in place.
+ */
+bool
+fs_statefile_save(FsStateKind kind, int elevel)
+{
+	MemoryContext context;
+	MemoryContext old;
+	StringInfoData buf;
+	FsStateHeader header;
+	FsSaveContext ctx;
+	FsGlobalStats stats;
+	Size		at;
+	int			nqueues;
+	int			i;
+	pg_crc32c	crc;
+	char		tmpfile[MAXPGPATH];
+	FILE	   *file;
+	bool		ok = false;
+
+	if (fs_shared == NULL)
+		return false;
+
+	context = AllocSetContextCreate(CurrentMemoryContext,
+									"fairshare state file",
+									ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(context);
+	initStringInfo(&buf);
+
+	memset(&header, 0, sizeof(header));
+	header.magic = FS_STATE_MAGIC;
+	header.version = FS_STATE_VERSION;
+	header.kind = kind;
+	header.tenant_size = sizeof(FsTenant);
+	header.lease_size = sizeof(FsLeaseRecord);
+	header.stats_size = sizeof(FsGlobalStats);
+	header.saved_at = GetCurrentTimestamp();
+	header.next_lease_id = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
+	appendBinaryStringInfo(&buf, (char *) &header, sizeof(header));
+
+	/* Queues, in id order: a queue's index in the file is its id. */
+	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
+	nqueues = fs_shared->num_queues;
+	at = fs_section_begin(&buf, FS_SECTION_QUEUES, sizeof(FsQueueKey));
+	for (i = 0; i < nqueues; i++)
+		appendBinaryStringInfo(&buf, (char *) &fs_shared->queues[i]->key, sizeof(FsQueueKey));
+	fs_section_end(&buf, at, nqueues);
+	LWLockRelease(fs_shared->queues_lock);
+	ctx.nqueues = (uint32) nqueues;
+
+	ctx.buf = &buf;
+	if (kind == FS_STATE_CLEAN)
+	{
+		ctx.count = 0;
+		at = fs_section_begin(&buf, FS_SECTION_TENANTS, sizeof(FsTenant));
+		fs_tenant_foreach(fs_save_tenant, &ctx);
+		fs_section_end(&buf, at, ctx.count);
+
+		SpinLockAcquire(&fs_shared->stats_mutex);
+		memcpy(&stats, &fs_shared->stats, sizeof(stats));
+		SpinLockRelease(&fs_shared->stats_mutex);
+		at = fs_section_begin(&buf, FS_SECTION_STATS, sizeof(FsGlobalStats));
+		appendBinaryStringInfo(&buf, (char *) &stats, sizeof(stats));
+		fs_section_end(&buf, at, 1);
+	}
+
+	/* Tenants a lease names were created before the lease: queues suffice. */
+	ctx.count = 0;
+	at = fs_section_begin(&buf, FS_SECTION_LEASES, sizeof(FsLeaseRecord));
+	fs_lease_foreach(fs_save_lease, &ctx);
+	fs_section_end(&buf, at, ctx.count);
+
+	fs_section_begin(&buf, FS_SECTION_END, 0);
+
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, buf.data, buf.len);
+	FIN_CRC32C(crc);
+	appendBinaryStringInfo(&buf, (char *) &crc, sizeof(crc));
+
+	/* One writer at a time; each with its own temporary file. */
+	snprintf(tmpfile, sizeof(tmpfile), "%s.%d.tmp", FS_STATE_FILE, MyProcPid);
+	LWLockAcquire(fs_shared->statefile_lock, LW_EXCLUSIVE);
+	file = AllocateFile(tmpfile, PG_BINARY_W);
+	if (file == NULL)
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not create fairshare state file \"%s\": %m", tmpfile)));
+	else if (fwrite(buf.data, 1, buf.len, file) != (size_t) buf.len || fflush(file) != 0)
+	{
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not write fairshare state file \"%s\": %m", tmpfile)));
+		FreeFile(file);
+		unlink(tmpfile);
+	}
+	else if (FreeFile(file) != 0)
+	{
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not close fairshare state file \"%s\": %m", tmpfile)));
+		unlink(tmpfile);
+	}
+	else if (durable_rename(tmpfile, FS_STATE_FILE, elevel) != 0)
+		unlink(tmpfile);
+	else
+		ok = true;
+	LWLockRelease(fs_shared->statefile_lock);
+
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(context);
+	return ok;
+}
+
+/* ----------------------------------------------------------------
+ * Reading (postmaster only, before any backend exists)
+ * ----------------------------------------------------------------
+ */
+
+typedef struct FsReader
+{
+	const char *data;
+	Size		len;
+	Size		pos;
+} FsReader;
+
+static bool
+fs_read(FsReader *r, void *dst, Size n)
+{
+	if (n > r->len - r->pos)
+		return false;
+	memcpy(dst, r->data + r->pos, n);
+	r->pos += n;
+	return true;
+}
+
+/* Make a name read from the file safe to use: terminated, non-empty. */
+static bool
+fs_name_ok(char *name)
+{
+	name[FS_NAME_MAXLEN] = '\0';
+	return name[0] != '\0';
+}
+
+static char *
+fs_statefile_read_all(Size *len)
+{
+	struct stat st;
+	FILE	   *file;
+	char	   *data;
+
+	if (stat(FS_STATE_FILE, &st) != 0)
+	{
+		if (errno != ENOENT)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not stat fairshare state file \"%s\": %m", FS_STATE_FILE)));
+		return NULL;
+	}
+	if (st.st_size < (off_t) (sizeof(FsStateHeader) + sizeof(pg_crc32c)) ||
+		(Size) st.st_size > FS_STATE_MAX_BYTES)
+	{
+		ereport(LOG,
+				(errmsg("ignoring fairshare state file \"%s\": its size of %lld bytes is not plausible",
+						FS_STATE_FILE, (long long) st.st_size)));
+		return NULL;
+	}
+	file = AllocateFile(FS_STATE_FILE, PG_BINARY_R);
+	if (file == NULL)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not open fairshare state file \"%s\": %m", FS_STATE_FILE)));
+		return NULL;
+	}
+	data = palloc_extended(st.st_size, MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+	if (data == NULL || fread(data, 1, st.st_size, file) != (size_t) st.st_size)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not read fairshare state file \"%s\": %m", FS_STATE_FILE)));
+		FreeFile(file);
+		return NULL;
+	}
+	FreeFile(file);
+	*len = st.st_size;
+	return data;
+}
+
+/*
+ * Check the whole file before applying anything: header, CRC, and that the
+ * sections add up to exactly the file's length.
+ */
+static bool
+fs_statefile_check(const char *data, Size len, FsStateHeader *header)
+{
+	FsReader	r = {data, len - sizeof(pg_crc32c), 0};
+	pg_crc32c	crc;
+	pg_crc32c	stored;
+	FsSectionHeader section;
+
+	memcpy(&stored, data + len - sizeof(pg_crc32c), sizeof(stored));
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, data, len - sizeof(pg_crc32c));
+	FIN_CRC32C(crc);
+
+	if (!fs_read(&r, header, sizeof(*header)) ||
+		header->magic != FS_STATE_MAGIC)
+		return false;
+	if (header->version != FS_STATE_VERSION ||
+		header->tenant_size != sizeof(FsTenant) ||
+		header->lease_size != sizeof(FsLeaseRecord) ||
+		header->stats_size != sizeof(FsGlobalStats))
+	{
+		ereport(LOG,
+				(errmsg("ignoring fairshare state file \"%s\": it was written by another version of fairshare",
+						FS_STATE_FILE)));
+		return false;
+	}
+	if (!EQ_CRC32C(crc, stored))
+		return false;
+	if (header->kind != FS_STATE_CLEAN && header->kind != FS_STATE_RUNNING)
+		return false;
+
+	for (;;)
+	{
+		if (!fs_read(&r, &section, sizeof(section)))
+			return false;
+		if (section.tag == FS_SECTION_END)
+			return r.pos == r.len;
+		if (section.item_size == 0 ||
+			section.count > (r.len - r.pos) / section.item_size)
+			return false;
+		r.pos += section.count * section.item_size;
+	}
+}
+
+static void
+fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
+{
+	FsReader	r = {data, len - sizeof(pg_crc32c), sizeof(FsStateHeader)};
+	FsSectionHeader section;
+	FsQueue   **queues = NULL;
+	uint64		nqueues = 0;
+	bool		clean = header->kind == FS_STATE_CLEAN;
+	TimestampTz now = GetCurrentTimestamp();
+	uint64		tenants = 0,
+				tenants_dropped = 0,
+				leases = 0,
+				leases_dropped = 0,
+				leases_expired = 0;
+	uint64		i;
+
+	while (fs_read(&r, &section, sizeof(section)) && section.tag != FS_SECTION_END)
+	{
+		Size		next = r.pos + section.count * section.item_size;
+
+		switch (section.tag)
+		{
+			case FS_SECTION_QUEUES:
+				if (section.item_size != sizeof(FsQueueKey) || queues != NULL)
+					break;
+				nqueues = section.count;
+				queues = palloc0(sizeof(FsQueue *) * Max(nqueues, 1));
+				for (i = 0; i < nqueues; i++)
+				{
+					FsQueueKey	key;
+
+					fs_read(&r, &key, sizeof(key));
+					if (fs_name_ok(key.name))
+						queues[i] = fs_queue_insert_unlocked(key.dboid, key.name);
+				}
+				break;
+
+			case FS_SECTION_TENANTS:
+				if (!clean || section.item_size != sizeof(FsTenant))
+					break;
+				for (i = 0; i < section.count; i++)
+				{
+					FsTenant	record;
+					FsTenantKey key;
+					FsTenant   *entry;
+
+					fs_read(&r, &record, sizeof(record));
+					if (record.key.queue_id >= nqueues || queues[record.key.queue_id] == NULL ||
+						!fs_name_ok(record.key.tenant))
+					{
+						tenants_dropped++;
+						continue;
+					}
+					fs_tenant_key_init(&key, queues[record.key.queue_id]->queue_id,
+									   record.key.tenant);
+					entry = fs_tenant_insert_unlocked(&key);
+					if (entry == NULL)
+					{
+						tenants_dropped++;
+						continue;
+					}
+					/* Counters and balances come back; slots come from leases. */
+					entry->token_balance = record.token_balance;
+					entry->touched_at = Min(record.touched_at, now);
+					entry->virtual_finish = record.virtual_finish;
+					entry->ready_rows = record.ready_rows;
+					memcpy(entry->decisions, record.decisions, sizeof(entry->decisions));
+					entry->leases_expired = record.leases_expired;
+					entry->failed_to_deliver = record.failed_to_deliver;
+					entry->served_ms = record.served_ms;
+					/* Until its limits load, keep what it last had. */
+					entry->max_slots = record.max_slots;
+					entry->min_slots = record.min_slots;
+					entry->weight = record.weight;
+					entry->budget_ms_per_minute = record.budget_ms_per_minute;
+					entry->throttle = record.throttle;
+					tenants++;
+				}
+				break;
+
+			case FS_SECTION_LEASES:
+				if (section.item_size != sizeof(FsLeaseRecord))
+					break;
+				for (i = 0; i < section.count; i++)
+				{
+					FsLeaseRecord record;
+					FsTenantKey key;
+					FsTenant   *entry;
+
+					fs_read(&r, &record, sizeof(record));
+					if (record.expires_at <= now)
+					{
+						leases_expired++;
+						continue;
+					}
+					if (record.queue_index >= nqueues || queues[record.queue_index] == NULL ||
+						!fs_name_ok(record.tenant))
+					{
+						leases_dropped++;
+						continue;
+					}
+					fs_tenant_key_init(&key, queues[record.queue_index]->queue_id, record.tenant);
+					entry = fs_tenant_insert_unlocked(&key);
+					if (entry == NULL ||
+						!fs_lease_restore(record.lease_id, entry, record.acquired_at,
+										  record.expires_at, !clean))
+					{
+						leases_dropped++;
+						continue;
+					}
+					leases++;
+				}
+				break;
+
+			case FS_SECTION_STATS:
+				if (clean && section.item_size == sizeof(FsGlobalStats) && section.count == 1)
+					fs_read(&r, &fs_shared->stats, sizeof(FsGlobalStats));
+				break;
+
+			default:
+				break;
+		}
+		r.pos = next;
+	}
+
+	if (!clean)
+		fs_shared->stats.leases_orphaned += leases;
+
+	ereport(LOG,
+			(errmsg("fairshare restored %s state: " UINT64_FORMAT " tenants, " UINT64_FORMAT " %s",
+					clean ? "saved" : "crashed",
+					tenants, leases, clean ? "leases" : "leases to re-register on renew"),
+			 (tenants_dropped + leases_dropped + leases_expired) > 0 ?
+			 errdetail(UINT64_FORMAT " tenants and " UINT64_FORMAT " leases did not fit or were invalid; "
+					   UINT64_FORMAT " leases had expired.",
+					   tenants_dropped, leases_dropped, leases_expired) : 0));
+}
+
+static void
+fs_statefile_shutdown(int code, Datum arg pg_attribute_unused())
+{
+	/* Only a clean shutdown writes a clean file. */
+	if (code != 0 || !fs_save_state)
+		return;
+	fs_statefile_save(FS_STATE_CLEAN, LOG);
+}
+
+/*
+ * Called in the postmaster when shared memory has just been created.
+ */
+void
+fs_statefile_startup(void)
+{
+	MemoryContext context;
+	MemoryContext old;
+	char	   *data;
+	Size		len = 0;
+	FsStateHeader header;
+	int64		floor_id;
+
+	Assert(!IsUnderPostmaster);
+
+	/*
+	 * Lease ids are never reused: start above anything a previous run can
+	 * have handed out (it could not have issued more than one per
+	 * microsecond since 2000).
+	 */
+	floor_id = Max(GetCurrentTimestamp(), 1);
+	pg_atomic_write_u64(&fs_shared->next_lease_id, floor_id);
+	fs_shared->start_kind = FS_START_FRESH;
+
+	if (!fs_save_state)
+		return;
+
+	context = AllocSetContextCreate(TopMemoryContext, "fairshare restore",
+									ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(context);
+
+	data = fs_statefile_read_all(&len);
+	if (data != NULL)
+	{
+		if (!fs_statefile_check(data, len, &header))
+			ereport(LOG,
+					(errmsg("ignoring fairshare state file \"%s\": it is damaged", FS_STATE_FILE),
+					 errhint("fairshare starts with empty state; the file is replaced at the next save.")));
+		else
+		{
+			fs_statefile_apply(data, len, &header);
+			fs_shared->start_kind = header.kind == FS_STATE_CLEAN ?
+				FS_START_RESTORED : FS_START_AFTER_CRASH;
+			if (header.next_lease_id > floor_id)
+				pg_atomic_write_u64(&fs_shared->next_lease_id, header.next_lease_id);
+		}
+	}
+	fs_shared->first_lease_id = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
+
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(context);
+
+	/* From now on the file says "running": a crash will be recognised. */
+	fs_statefile_save(FS_STATE_RUNNING, LOG);
+	on_shmem_exit(fs_statefile_shutdown, (Datum) 0);
+}

@@ -1,0 +1,17 @@
+/*-------------------------------------------------------------------------
+ *
+ * telemetry.h
+ *	  Views of fairshare's live state and counters.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_TELEMETRY_H
+#define FAIRSHARE_TELEMETRY_H
+
+#include "fairshare.h"
+
+/* Column counts of the SRFs; must match their OUT parameters in SQL. */
+#define FS_TENANT_STATE_COLS	(11 + FS_NUM_TENANT_REASONS + 4)
+#define FS_SERVER_STATE_COLS	19
+
+#endif							/* FAIRSHARE_TELEMETRY_H */

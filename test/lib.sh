@@ -1,0 +1,145 @@
+# test/lib.sh: shell helpers shared by test/run, examples/demo and bench/run.
+#
+# Sourced, not executed.  Everything here works as root or as a user with
+# sudo, on a fresh Debian 12 machine: it installs what it needs from Debian,
+# builds fairshare with warnings as errors, installs it, and runs servers as
+# the `postgres` user (initdb refuses to run as root).
+#
+# Environment:
+#   FS_STAGE=DIR     install into a private copy of PostgreSQL under DIR instead
+#                    of the system installation (several checkouts can then be
+#                    tested side by side without touching each other)
+#   FS_SKIP_DEPS=1   do not look for missing Debian packages
+#   PG_MAJOR         PostgreSQL major version (default 15)
+
+FS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PG_MAJOR="${PG_MAJOR:-15}"
+
+# Debian packages each command needs.  One list per purpose, all installed by
+# fs_install_deps before anything is built.
+FS_DEPS_BUILD="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR"
+FS_DEPS_TEST="postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
+ ruby ruby-pg procps"
+FS_DEPS_DEMO="ruby ruby-pg gnuplot-nox procps"
+FS_DEPS_BENCH="redis-server redis-tools ruby ruby-pg procps"
+
+fs_log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+fs_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Run a command as root (directly, or through sudo).
+fs_as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Run a command as the postgres operating-system user, keeping the given
+# environment (pass variables as "env VAR=value cmd ...").
+fs_as_postgres() {
+	if [ "$(id -un)" = postgres ]; then
+		"$@"
+	elif [ "$(id -u)" = 0 ]; then
+		runuser -u postgres -- "$@"
+	else
+		sudo -u postgres -- "$@"
+	fi
+}
+
+# Install the Debian packages named in "$@" that are not installed yet.
+fs_install_deps() {
+	[ "${FS_SKIP_DEPS:-0}" = 1 ] && return 0
+	local missing=() pkg
+	for pkg in "$@"; do
+		dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
+			missing+=("$pkg")
+	done
+	[ ${#missing[@]} = 0 ] && return 0
+	fs_log "installing Debian packages: ${missing[*]}"
+	fs_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq ||
+		fs_log "apt-get update failed; trying with the package lists already here"
+	fs_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		"${missing[@]}" >/dev/null
+}
+
+# Sets PG_BINDIR / PG_PKGLIBDIR / PG_CONFIG_BIN for the installation tests use.
+fs_pg_paths() {
+	local sys_bindir="/usr/lib/postgresql/$PG_MAJOR/bin"
+	if [ -n "${FS_STAGE:-}" ]; then
+		PG_BINDIR="$FS_STAGE/usr/lib/postgresql/$PG_MAJOR/bin"
+	else
+		PG_BINDIR="$sys_bindir"
+	fi
+	PG_CONFIG_BIN="$PG_BINDIR/pg_config"
+	[ -x "$PG_CONFIG_BIN" ] || PG_CONFIG_BIN="$sys_bindir/pg_config"
+	PG_PKGLIBDIR="$("$PG_CONFIG_BIN" --pkglibdir)"
+	export PG_BINDIR PG_PKGLIBDIR PG_CONFIG_BIN
+}
+
+# Build with warnings as errors and install (system-wide, or into $FS_STAGE).
+fs_build_install() {
+	local sys_bindir="/usr/lib/postgresql/$PG_MAJOR/bin"
+	fs_log "building fairshare (-Wall -Wextra -Werror)"
+	make -C "$FS_ROOT" -s -j"$(nproc)" PG_CONFIG="$sys_bindir/pg_config" >/dev/null
+	if [ -n "${FS_STAGE:-}" ]; then
+		# A private copy of the PostgreSQL installation: PostgreSQL finds its
+		# share and lib directories relative to its binaries, so a server
+		# started from the copy loads the staged fairshare.
+		if [ ! -x "$FS_STAGE/usr/lib/postgresql/$PG_MAJOR/bin/postgres" ]; then
+			fs_log "creating a private PostgreSQL installation in $FS_STAGE"
+			mkdir -p "$FS_STAGE/usr/lib/postgresql" "$FS_STAGE/usr/share/postgresql"
+			cp -a "/usr/lib/postgresql/$PG_MAJOR" "$FS_STAGE/usr/lib/postgresql/"
+			cp -a "/usr/share/postgresql/$PG_MAJOR" "$FS_STAGE/usr/share/postgresql/"
+		fi
+		fs_log "installing fairshare into $FS_STAGE"
+		make -C "$FS_ROOT" -s install DESTDIR="$FS_STAGE" PG_CONFIG="$sys_bindir/pg_config" >/dev/null
+		chmod -R a+rX "$FS_STAGE"
+	else
+		fs_log "installing fairshare"
+		fs_as_root make -C "$FS_ROOT" -s install PG_CONFIG="$sys_bindir/pg_config" >/dev/null
+	fi
+	fs_pg_paths
+}
+
+# Make a work directory owned by postgres; prints its path.  A copy of the
+# source tree goes in $dir/src so that the server user can read every input
+# even when the checkout lives under a private home directory.
+fs_workdir() {
+	local dir
+	dir="$(mktemp -d "${TMPDIR:-/tmp}/fairshare-$1.XXXXXX")"
+	mkdir -p "$dir/src"
+	tar -C "$FS_ROOT" --exclude=.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+		--exclude=./results --exclude=./tmp_check -cf - . | tar -C "$dir/src" -xf -
+	chmod 755 "$dir"
+	if [ "$(id -un)" != postgres ]; then
+		fs_as_root chown -R postgres: "$dir"
+	fi
+	echo "$dir"
+}
+
+# Start a throwaway cluster in $1 (as postgres, unix socket only, in $1).
+# Extra postgresql.conf lines come on stdin.  Sets PGHOST/PGPORT/PGDATA.
+fs_cluster_start() {
+	local dir="$1" conf
+	conf="$(cat)"
+	export PGDATA="$dir/data" PGHOST="$dir" PGPORT="${PGPORT:-5499}" PGUSER=postgres
+	fs_as_postgres "$PG_BINDIR/initdb" -D "$PGDATA" -U postgres -A trust --no-sync >/dev/null
+	fs_as_postgres sh -c "cat >> '$PGDATA/postgresql.conf'" <<EOF
+listen_addresses = ''
+unix_socket_directories = '$dir'
+port = $PGPORT
+shared_preload_libraries = 'fairshare'
+fsync = off
+$conf
+EOF
+	fs_as_postgres "$PG_BINDIR/pg_ctl" -D "$PGDATA" -l "$dir/server.log" -w start >/dev/null ||
+		{ cat "$dir/server.log" >&2; fs_die "the temporary server did not start"; }
+}
+
+fs_cluster_stop() {
+	[ -n "${PGDATA:-}" ] && [ -f "$PGDATA/postmaster.pid" ] &&
+		fs_as_postgres "$PG_BINDIR/pg_ctl" -D "$PGDATA" -m fast -w stop >/dev/null 2>&1 || true
+}
+
+# psql against the cluster started by fs_cluster_start.
+fs_psql() {
+	fs_as_postgres env PGHOST="$PGHOST" PGPORT="$PGPORT" \
+		"$PG_BINDIR/psql" -X -v ON_ERROR_STOP=1 -q "$@"
+}
