@@ -203,6 +203,14 @@ GRANT SELECT ON fs_stats TO PUBLIC;
 COMMENT ON VIEW fs_stats IS
 'server-wide fairshare figures (all databases): capacity, fail_open, evictions, leases expired and re-registered';
 
+CREATE FUNCTION fs_save_state()
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_save_state_now';
+COMMENT ON FUNCTION fs_save_state() IS
+'writes fairshare''s running state file now (queues and leases): after a crash these leases re-register on renew';
+REVOKE ALL ON FUNCTION fs_save_state() FROM PUBLIC;
+
 CREATE FUNCTION fs_reset()
 RETURNS void
 LANGUAGE c VOLATILE PARALLEL UNSAFE

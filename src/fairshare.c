@@ -22,6 +22,12 @@
 
 PG_MODULE_MAGIC;
 
+/*
+ * A partitioned shared hash table hands out at least one element per free
+ * list (32); from there on its capacity is exactly what is asked for.
+ */
+#define FS_MIN_TABLE_SIZE	32
+
 /* Seconds between the Unix epoch and PostgreSQL's (2000-01-01). */
 #define FS_UNIX_TO_PG_EPOCH_SECS \
 	((float8) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY)
@@ -59,7 +65,7 @@ _PG_init(void)
 							"When the table is full, idle entries are evicted; if none is idle, "
 							"decisions for new tenants fail open.",
 							&fs_max_tenants,
-							10000, 16, 10000000,
+							10000, FS_MIN_TABLE_SIZE, 10000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 
@@ -67,7 +73,7 @@ _PG_init(void)
 							"Maximum number of slot leases held at once, over all tenants.",
 							"When the table is full, a granted slot fails open with an untracked lease.",
 							&fs_max_leases,
-							16384, 16, 10000000,
+							16384, FS_MIN_TABLE_SIZE, 10000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 

@@ -32,6 +32,8 @@
 #include "slots.h"
 #include "statefile.h"
 
+PG_FUNCTION_INFO_V1(fs_save_state_now);
+
 #define FS_STATE_MAGIC		0x46535331	/* "FSS1" */
 #define FS_STATE_VERSION	1
 
@@ -576,4 +578,21 @@ fs_statefile_startup(void)
 	/* From now on the file says "running": a crash will be recognised. */
 	fs_statefile_save(FS_STATE_RUNNING, LOG);
 	on_shmem_exit(fs_statefile_shutdown, (Datum) 0);
+}
+
+/*
+ * fs_save_state(): write the running state file now (queues and leases),
+ * as the background worker does periodically.  After a crash, the leases it
+ * holds can re-register when renewed.
+ */
+Datum
+fs_save_state_now(PG_FUNCTION_ARGS)
+{
+	fs_check_loaded();
+	if (!fs_save_state)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("fairshare.save_state is off"),
+				 errhint("Set fairshare.save_state = on to save and restore fairshare's state.")));
+	PG_RETURN_BOOL(fs_statefile_save(FS_STATE_RUNNING, WARNING));
 }

@@ -77,7 +77,7 @@ fs_pg_paths() {
 fs_build_install() {
 	local sys_bindir="/usr/lib/postgresql/$PG_MAJOR/bin"
 	fs_log "building fairshare (-Wall -Wextra -Werror)"
-	make -C "$FS_ROOT" -s -j"$(nproc)" PG_CONFIG="$sys_bindir/pg_config" >/dev/null
+	make -C "$FS_ROOT" -s -j"$(nproc)" PG_CONFIG="$sys_bindir/pg_config" >/dev/null || return 1
 	if [ -n "${FS_STAGE:-}" ]; then
 		# A private copy of the PostgreSQL installation: PostgreSQL finds its
 		# share and lib directories relative to its binaries, so a server
@@ -89,11 +89,13 @@ fs_build_install() {
 			cp -a "/usr/share/postgresql/$PG_MAJOR" "$FS_STAGE/usr/share/postgresql/"
 		fi
 		fs_log "installing fairshare into $FS_STAGE"
-		make -C "$FS_ROOT" -s install DESTDIR="$FS_STAGE" PG_CONFIG="$sys_bindir/pg_config" >/dev/null
+		make -C "$FS_ROOT" -s install DESTDIR="$FS_STAGE" PG_CONFIG="$sys_bindir/pg_config" >/dev/null ||
+			return 1
 		chmod -R a+rX "$FS_STAGE"
 	else
 		fs_log "installing fairshare"
-		fs_as_root make -C "$FS_ROOT" -s install PG_CONFIG="$sys_bindir/pg_config" >/dev/null
+		fs_as_root make -C "$FS_ROOT" -s install PG_CONFIG="$sys_bindir/pg_config" >/dev/null ||
+			return 1
 	fi
 	fs_pg_paths
 }

@@ -1,0 +1,58 @@
+# FairshareTest: helpers shared by fairshare's TAP tests (test/t/*.pl).
+package FairshareTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use File::Basename qw(dirname);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+
+our @EXPORT = qw(fs_node fs_src fs_crash);
+
+# The source tree the tests run from (test/run sets FS_SRC).
+sub fs_src
+{
+	return $ENV{FS_SRC} // dirname(dirname(dirname(__FILE__)));
+}
+
+# A started node with fairshare preloaded (test/fairshare.conf plus $extra
+# lines) and the extension created in database postgres.
+sub fs_node
+{
+	my ($name, $extra) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	open(my $fh, '<', fs_src() . '/test/fairshare.conf') or die "fairshare.conf: $!";
+	local $/;
+	$node->append_conf('postgresql.conf', <$fh>);
+	close $fh;
+	$node->append_conf('postgresql.conf', $extra) if defined $extra;
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION fairshare');
+	return $node;
+}
+
+# Crash the server: kill -9 the postmaster, wait for it and its children to
+# be gone, and start it again.
+sub fs_crash
+{
+	my ($node) = @_;
+	my $pid = $node->{_pid};
+	$node->kill9;
+	for (my $i = 0; $i < 300 && kill(0, $pid); $i++)
+	{
+		select(undef, undef, undef, 0.1);
+	}
+	# Orphaned backends notice the postmaster's death and exit; until then
+	# the old shared memory is in use and the start is refused.
+	for (my $i = 0; $i < 100; $i++)
+	{
+		return if $node->start(fail_ok => 1);
+		select(undef, undef, undef, 0.3);
+	}
+	die "the server did not start again after the crash";
+}
+
+1;

@@ -1,0 +1,50 @@
+# Shared memory full: idle tenants are evicted; when nothing can be evicted,
+# decisions fail open (granted, counted, never an error).
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FairshareTest;
+
+my $node = fs_node('fail_open',
+	"fairshare.max_tenants = 32\nfairshare.max_leases = 40\nfairshare.max_queues = 2");
+my $q = sub { $node->safe_psql('postgres', shift) };
+
+# Fill the tenant table with tenants that hold a slot: none is idle.
+$q->("SELECT fs_acquire_slot('busy' || i, 'fo', '1 hour') FROM generate_series(1, 32) i");
+is($q->("SELECT count(*) FROM fs_tenants"), '32', 'tenant table full');
+my $lease = $q->("SELECT fs_acquire_slot('newcomer', 'fo', '1 hour')");
+ok($lease > 0, 'a new tenant is granted anyway (fail open)');
+is($q->("SELECT fail_open || '/' || tenant_table_full || '/' || evictions FROM fs_stats"), '1/1/0',
+	'counted as fail_open; nothing evicted');
+is($q->("SELECT fs_renew_slot($lease) || '/' || fs_release_slot($lease)"), 'false/false',
+	'a fail-open lease is not tracked');
+is($q->("SELECT count(*) FROM fs_tenants WHERE tenant = 'newcomer'"), '0', 'no entry was made');
+
+# Release some: those tenants become idle and are evicted for newcomers.
+$q->("SELECT fs_release_slot(lease_id) FROM fs_leases WHERE tenant IN ('busy1', 'busy2')");
+is($q->("SELECT fs_acquire_slot('newcomer', 'fo', '1 hour') IS NOT NULL"), 't', 'granted');
+is($q->("SELECT fail_open || '/' || evictions FROM fs_stats"), '1/1',
+	'by evicting an idle entry, not by failing open');
+is($q->("SELECT count(*) FROM fs_tenants WHERE tenant IN ('busy1', 'busy2')"), '1',
+	'the least recently used idle entry went first');
+is($q->("SELECT slots_in_use FROM fs_tenants WHERE tenant = 'newcomer'"), '1', 'the newcomer is tracked');
+
+# Lease table full (40 leases; 31 held): expired leases are swept first, then
+# the rest fail open.
+$q->("SELECT fs_set_limit('*', 'fo', max_slots => 100)");
+$q->("SELECT fs_acquire_slot('busy3', 'fo', '1 hour') FROM generate_series(1, 20)");
+is($q->("SELECT leases FROM fs_stats"), '40', 'lease table full');
+ok($q->("SELECT lease_table_full > 0 AND fail_open > 1 FROM fs_stats") eq 't', 'overflowing leases fail open');
+is($q->("SELECT slots_in_use FROM fs_tenants WHERE tenant = 'busy3'"), '10',
+	'untracked grants do not count as held slots');
+
+# Queue table full (2 queues: 'fo' and the next one).
+is($q->("SELECT fs_acquire_slot('x', 'fo2') IS NOT NULL"), 't', 'second queue is fine');
+is($q->("SELECT fs_acquire_slot('x', 'fo3') IS NOT NULL"), 't', 'third queue fails open');
+is($q->("SELECT queue_table_full FROM fs_stats"), '1', 'counted');
+
+$node->stop;
+done_testing();
