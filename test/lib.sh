@@ -116,8 +116,9 @@ fs_workdir() {
 	echo "$dir"
 }
 
-# Start a throwaway cluster in $1 (as postgres, unix socket only, in $1).
-# Extra postgresql.conf lines come on stdin.  Sets PGHOST/PGPORT/PGDATA.
+# Start a throwaway cluster in $1 (as postgres, unix socket only, in $1) with
+# fairshare preloaded.  Extra postgresql.conf lines come on stdin (give it
+# </dev/null for none).  Sets PGHOST/PGPORT/PGDATA.
 fs_cluster_start() {
 	local dir="$1" conf
 	conf="$(cat)"
@@ -128,7 +129,6 @@ listen_addresses = ''
 unix_socket_directories = '$dir'
 port = $PGPORT
 shared_preload_libraries = 'fairshare'
-fsync = off
 $conf
 EOF
 	fs_as_postgres "$PG_BINDIR/pg_ctl" -D "$PGDATA" -l "$dir/server.log" -w start >/dev/null ||
