@@ -40,7 +40,7 @@ pgbench_tps() {
 	fs_as_postgres env PGHOST="$PGHOST" PGPORT="$PGPORT" "$PG_BINDIR/pgbench" \
 		-n -M prepared -c "$clients" -j "$(( clients < 4 ? clients : 4 ))" -T "$BENCH_SECONDS" \
 		-f "$script" "$@" postgres 2>&1 |
-		sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
+		sed -n 's/^tps = \([0-9]*\)[.0-9]* .*/\1/p'
 }
 
 # Median of the arguments.
@@ -83,7 +83,7 @@ bench_report() {
 		echo
 		echo "| figure | fairshare | baseline | ratio | target | verdict |"
 		echo "|---|---|---|---|---|---|"
-		printf '%s\n' "${BENCH_ROWS[@]}" | sed 's/^/| /; s/$/ |/; s/|/ | /g; s/  */ /g'
+		printf '%s\n' "${BENCH_ROWS[@]}" | awk -F'|' '{ printf "|"; for (i = 1; i <= NF; i++) printf " %s |", $i; printf "\n" }'
 	} > "$file"
 	echo
 	echo "written to ${file#$FS_ROOT/}"
