@@ -4,14 +4,17 @@
 #   make install          install into the PostgreSQL found by pg_config
 #   test/run              build, install and run every test suite (see README.md)
 #
-# Every C file in src/ is part of the module; every sql/fairshare--*.sql file is
-# an install or upgrade script.  The version lives in fairshare.control only.
+# Every C file in src/ is part of the module.  sql/fairshare.sql is the install
+# script of the current version (built into ./fairshare--<version>.sql);
+# every sql/fairshare--*.sql is an older version's install script or an
+# upgrade script.  The version lives in fairshare.control only.
 
 EXTENSION   = fairshare
 EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
 
 MODULE_big  = fairshare
 OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+DATA_built  = $(EXTENSION)--$(EXTVERSION).sql
 DATA        = $(sort $(wildcard sql/$(EXTENSION)--*.sql))
 
 # Regression tests (sql/<name>.sql against expected/<name>.out).  The order is
@@ -33,6 +36,9 @@ include $(PGXS)
 # Object files depend on every header: the headers are small and this keeps
 # incremental builds honest.
 $(OBJS): $(wildcard src/*.h)
+
+$(DATA_built): sql/$(EXTENSION).sql $(EXTENSION).control
+	cp $< $@
 
 .PHONY: print-version
 print-version:

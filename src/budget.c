@@ -5,15 +5,38 @@
  *
  * A bucket holds at most budget_ms_per_minute tokens and accrues
  * continuously, budget_ms_per_minute per minute of wall-clock time, in
- * proportion to the time since the tenant's last decision (touched_at).
- * A tenant without a budget (budget_ms_per_minute < 0) is never limited and
- * costs nothing to decide for.
+ * proportion to the time since the tenant's last decision (touched_at).  A
+ * tenant seen for the first time starts with a full bucket.  A tenant
+ * without a budget is never limited and costs nothing to decide for.
+ *
+ * fs_spend_tokens() admits runs: granted = min(requested, floor(balance /
+ * cost_ms)), and only what is granted is consumed.  fs_charge_tokens() pays
+ * for work as it runs and may take the balance below zero; accrual repays
+ * the debt.  Both are undone if their transaction (or savepoint) rolls
+ * back: the tokens go back into the bucket, up to its cap.
+ *
+ * Admission also answers to the gate's backpressure (gate.c), and fails
+ * open when state cannot be kept: the tenant table is full, or the server
+ * crashed less than a minute ago and the tenant's balance is unknown.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <math.h>
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
 #include "budget.h"
+#include "gate.h"
+#include "telemetry.h"
+
+PG_FUNCTION_INFO_V1(fs_spend_tokens);
+PG_FUNCTION_INFO_V1(fs_charge_tokens);
 
 /*
  * Accrue tokens for the time between entry->touched_at and now.  Called
@@ -43,4 +66,391 @@ fs_budget_is_full(const FsTenant *entry, TimestampTz now)
 		return true;
 	elapsed_minutes = (float8) (now - entry->touched_at) / (float8) USECS_PER_MINUTE;
 	return entry->token_balance + elapsed_minutes * cap >= cap;
+}
+
+/* Are balances unknown at `now` because the server crashed just before? */
+bool
+fs_budget_state_lost(TimestampTz now)
+{
+	return fs_shared->start_kind == FS_START_AFTER_CRASH &&
+		now - fs_shared->started_at < FS_BUDGET_LOST_USECS;
+}
+
+/*
+ * Take cost_ms from a touched entry's bucket if it holds that much.  Entry
+ * spinlock held.  A tenant without a budget can always pay.
+ */
+bool
+fs_budget_take(FsTenant *entry, float8 cost_ms)
+{
+	if (entry->budget_ms_per_minute < 0)
+		return true;
+	if (entry->token_balance < cost_ms)
+		return false;
+	entry->token_balance -= cost_ms;
+	return true;
+}
+
+/* ----------------------------------------------------------------
+ * Refunds at abort
+ *
+ * Tokens taken in this transaction, per (queue, tenant, subtransaction).
+ * At abort they go back; at commit they are forgotten.  The refund finds
+ * the entry again by its key, without loading limits (no SPI at abort).
+ * ----------------------------------------------------------------
+ */
+typedef struct FsRefundKey
+{
+	uint32		queue_id;
+	SubTransactionId subid;
+	char		tenant[FS_NAME_BUFLEN];
+} FsRefundKey;
+
+typedef struct FsRefund
+{
+	FsRefundKey key;
+	float8		tokens;
+} FsRefund;
+
+static HTAB *refunds = NULL;
+static long refund_count = 0;
+
+void
+fs_budget_refund_at_abort(FsQueue *queue, const char *tenant, float8 tokens)
+{
+	FsRefundKey key;
+	FsRefund   *refund;
+	bool		found;
+
+	if (tokens == 0)
+		return;
+	if (refunds == NULL)
+	{
+		HASHCTL		info;
+
+		info.keysize = sizeof(FsRefundKey);
+		info.entrysize = sizeof(FsRefund);
+		info.hcxt = TopMemoryContext;
+		refunds = hash_create("fairshare refunds", 16, &info,
+							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	memset(&key, 0, sizeof(key));
+	key.queue_id = queue->queue_id;
+	key.subid = GetCurrentSubTransactionId();
+	strlcpy(key.tenant, tenant, sizeof(key.tenant));
+	refund = hash_search(refunds, &key, HASH_ENTER, &found);
+	if (!found)
+	{
+		refund->tokens = 0;
+		refund_count++;
+	}
+	refund->tokens += tokens;
+}
+
+/* Put tokens back into a bucket, up to its cap. */
+static void
+fs_budget_refund(const FsRefundKey *key, float8 tokens)
+{
+	FsQueue    *queue = fs_queue_by_id(key->queue_id);
+	FsTenantRef ref;
+	FsTenant   *entry;
+
+	if (queue == NULL)
+		return;
+	entry = fs_tenant_open(queue, key->tenant, FS_OPEN_NO_LIMITS, &ref);
+	if (entry == NULL)
+		return;					/* evicted: it had a full bucket anyway */
+	SpinLockAcquire(&entry->mutex);
+	fs_tenant_touch(entry, fs_now());
+	if (entry->budget_ms_per_minute >= 0)
+		entry->token_balance = Min(entry->budget_ms_per_minute,
+								   entry->token_balance + tokens);
+	SpinLockRelease(&entry->mutex);
+	fs_tenant_close(&ref);
+}
+
+/* Settle refunds: give back those of subid (all, if invalid) or forget all. */
+static void
+fs_refunds_settle(bool give_back, SubTransactionId subid)
+{
+	HASH_SEQ_STATUS seq;
+	FsRefund   *refund;
+
+	if (refund_count == 0)
+		return;
+	hash_seq_init(&seq, refunds);
+	while ((refund = hash_seq_search(&seq)) != NULL)
+	{
+		if (subid != InvalidSubTransactionId && refund->key.subid != subid)
+			continue;
+		if (give_back)
+			fs_budget_refund(&refund->key, refund->tokens);
+		hash_search(refunds, &refund->key, HASH_REMOVE, NULL);
+		refund_count--;
+	}
+}
+
+static void
+fs_budget_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (refund_count > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that spent or charged fairshare tokens"),
+						 errhint("Spend and charge tokens outside the prepared transaction.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			fs_refunds_settle(false, InvalidSubTransactionId);
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			fs_refunds_settle(true, InvalidSubTransactionId);
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+fs_budget_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						   SubTransactionId parentSubid, void *arg pg_attribute_unused())
+{
+	HASH_SEQ_STATUS seq;
+	FsRefund   *refund;
+
+	if (refund_count == 0)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		fs_refunds_settle(true, mySubid);
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		/* What the subtransaction took now belongs to its parent. */
+		hash_seq_init(&seq, refunds);
+		while ((refund = hash_seq_search(&seq)) != NULL)
+		{
+			if (refund->key.subid == mySubid)
+			{
+				FsRefundKey key = refund->key;
+				float8		tokens = refund->tokens;
+				FsRefund   *parent;
+				bool		found;
+
+				hash_search(refunds, &key, HASH_REMOVE, NULL);
+				key.subid = parentSubid;
+				parent = hash_search(refunds, &key, HASH_ENTER, &found);
+				parent->tokens = (found ? parent->tokens : 0) + tokens;
+				if (found)
+					refund_count--;
+			}
+		}
+	}
+}
+
+void
+fs_budget_init(void)
+{
+	RegisterXactCallback(fs_budget_xact_callback, NULL);
+	RegisterSubXactCallback(fs_budget_subxact_callback, NULL);
+}
+
+/* ----------------------------------------------------------------
+ * SQL functions
+ * ----------------------------------------------------------------
+ */
+
+static int32
+fs_int_arg(FunctionCallInfo fcinfo, int argno, const char *what, int32 min, const char *hint)
+{
+	int32		value;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what),
+				 errhint("%s", hint)));
+	value = PG_GETARG_INT32(argno);
+	if (value < min)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be at least %d, got %d", what, min, value),
+				 errhint("%s", hint)));
+	return value;
+}
+
+/*
+ * fs_spend_tokens(tenant text, requested_runs int, cost_ms int, queue text)
+ * RETURNS int: the runs admitted, 0..requested_runs.
+ */
+Datum
+fs_spend_tokens(PG_FUNCTION_ARGS)
+{
+	char		tenant[FS_NAME_BUFLEN];
+	char		queue_name[FS_NAME_BUFLEN];
+	int32		requested;
+	int32		cost_ms;
+	FsQueue    *queue;
+	FsTenantRef ref;
+	FsTenant   *entry;
+	FsGateCapacity cap = {0};
+	FsBackpressure bp = FS_BP_NONE;
+	FsDecision	d;
+	TimestampTz now;
+	int32		ceiling;
+	FsReason	deny_reason;
+	bool		lost;
+
+	fs_check_loaded();
+	fs_name_arg(fcinfo, 0, "tenant", tenant);
+	requested = fs_int_arg(fcinfo, 1, "requested_runs", 0,
+						   "Pass how many runs the tenant wants to start now (0 only asks).");
+	cost_ms = fs_int_arg(fcinfo, 2, "cost_ms", 1,
+						 "Pass the estimated milliseconds of worker time one run takes.");
+	fs_name_arg(fcinfo, 3, "queue", queue_name);
+
+	now = fs_now();
+	fs_decision_init(&d, FS_DECISION_SPEND, tenant, now);
+	d.requested = requested;
+
+	queue = fs_queue_lookup(queue_name, true);
+	entry = NULL;
+	if (queue != NULL)
+	{
+		fs_gate_capacity(queue, now, &cap);
+		bp = fs_gate_backpressure(queue, &cap, now);
+		entry = fs_tenant_open(queue, tenant, FS_OPEN_CREATE, &ref);
+	}
+	if (entry == NULL)
+	{
+		/* No state can be kept for this tenant: admit everything. */
+		FS_COUNT_GLOBAL(fail_open);
+		if (queue != NULL)
+			d.queue_id = queue->queue_id;
+		d.reason = FS_REASON_FAIL_OPEN;
+		d.granted = requested;
+		fs_decision_log(&d);
+		PG_RETURN_INT32(requested);
+	}
+	d.queue_id = queue->queue_id;
+	ceiling = fs_gate_ceiling(&cap, &ref.limits, &deny_reason);
+	lost = ref.limits.budget_ms_per_minute >= 0 && fs_budget_state_lost(now);
+
+	SpinLockAcquire(&entry->mutex);
+	fs_tenant_touch(entry, now);
+	if (entry->budget_ms_per_minute >= 0)
+	{
+		d.tokens_before = entry->token_balance;
+		d.runs_possible = entry->token_balance <= 0 ? 0 :
+			(int32) Min(floor(entry->token_balance / cost_ms), (float8) PG_INT32_MAX);
+	}
+	if (bp != FS_BP_NONE)
+	{
+		d.reason = FS_REASON_BACKPRESSURE;
+		/* It could have run: budget and headroom, but no free worker. */
+		if (bp == FS_BP_NO_FREE_THREAD && requested > 0 &&
+			d.runs_possible != 0 && entry->slots_in_use < ceiling)
+			entry->failed_to_deliver++;
+	}
+	else if (entry->budget_ms_per_minute < 0)
+	{
+		d.reason = FS_REASON_GRANTED;
+		d.granted = requested;
+	}
+	else if (lost)
+	{
+		d.reason = FS_REASON_FAIL_OPEN;
+		d.granted = requested;
+	}
+	else
+	{
+		d.granted = Min(requested, d.runs_possible);
+		d.tokens_consumed = (float8) d.granted * cost_ms;
+		entry->token_balance -= d.tokens_consumed;
+		d.reason = (d.granted > 0 || requested == 0) ? FS_REASON_GRANTED : FS_REASON_NO_BUDGET;
+	}
+	if (d.reason != FS_REASON_FAIL_OPEN)
+		entry->decisions[d.reason]++;
+	if (entry->budget_ms_per_minute >= 0)
+		d.balance_after = entry->token_balance;
+	SpinLockRelease(&entry->mutex);
+	fs_tenant_close(&ref);
+
+	if (d.reason == FS_REASON_FAIL_OPEN)
+		FS_COUNT_GLOBAL(fail_open);
+	if (d.tokens_consumed > 0)
+		fs_budget_refund_at_abort(queue, tenant, d.tokens_consumed);
+	fs_decision_log(&d);
+	PG_RETURN_INT32(d.granted);
+}
+
+/*
+ * fs_charge_tokens(tenant text, used_ms float8, queue text) RETURNS float8:
+ * pays used_ms from the tenant's bucket (the balance may go below zero) and
+ * returns the balance after, or NULL for a tenant without a budget.
+ */
+Datum
+fs_charge_tokens(PG_FUNCTION_ARGS)
+{
+	char		tenant[FS_NAME_BUFLEN];
+	char		queue_name[FS_NAME_BUFLEN];
+	float8		used_ms;
+	FsQueue    *queue;
+	FsTenantRef ref;
+	FsTenant   *entry = NULL;
+	FsDecision	d;
+	TimestampTz now;
+
+	fs_check_loaded();
+	fs_name_arg(fcinfo, 0, "tenant", tenant);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("used_ms must not be null"),
+				 errhint("Pass the milliseconds of worker time used since the last charge.")));
+	used_ms = PG_GETARG_FLOAT8(1);
+	if (isnan(used_ms) || isinf(used_ms) || used_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("used_ms must be a finite number of milliseconds, zero or more, got %g", used_ms),
+				 errhint("Pass the milliseconds of worker time used since the last charge.")));
+	fs_name_arg(fcinfo, 2, "queue", queue_name);
+
+	now = fs_now();
+	fs_decision_init(&d, FS_DECISION_CHARGE, tenant, now);
+
+	queue = fs_queue_lookup(queue_name, true);
+	if (queue != NULL)
+		entry = fs_tenant_open(queue, tenant, FS_OPEN_CREATE, &ref);
+	if (entry == NULL)
+	{
+		FS_COUNT_GLOBAL(fail_open);
+		if (queue != NULL)
+			d.queue_id = queue->queue_id;
+		d.reason = FS_REASON_FAIL_OPEN;
+		fs_decision_log(&d);
+		PG_RETURN_NULL();
+	}
+	d.queue_id = queue->queue_id;
+	d.reason = FS_REASON_GRANTED;
+
+	SpinLockAcquire(&entry->mutex);
+	fs_tenant_touch(entry, now);
+	if (entry->budget_ms_per_minute >= 0)
+	{
+		d.tokens_before = entry->token_balance;
+		entry->token_balance -= used_ms;
+		d.tokens_consumed = used_ms;
+		d.balance_after = entry->token_balance;
+	}
+	SpinLockRelease(&entry->mutex);
+	fs_tenant_close(&ref);
+
+	fs_decision_log(&d);
+	if (isnan(d.balance_after))
+		PG_RETURN_NULL();
+	fs_budget_refund_at_abort(queue, tenant, used_ms);
+	PG_RETURN_FLOAT8(d.balance_after);
 }

@@ -11,7 +11,18 @@
 
 #include "shmem.h"
 
+/*
+ * How long after a crash a tenant's balance is unknown: a bucket refills
+ * from empty to full in one minute, so after that a fresh full bucket is no
+ * more than the tenant could have had.
+ */
+#define FS_BUDGET_LOST_USECS	USECS_PER_MINUTE
+
+extern void fs_budget_init(void);
 extern void fs_budget_accrue(FsTenant *entry, TimestampTz now);
 extern bool fs_budget_is_full(const FsTenant *entry, TimestampTz now);
+extern bool fs_budget_state_lost(TimestampTz now);
+extern bool fs_budget_take(FsTenant *entry, float8 cost_ms);
+extern void fs_budget_refund_at_abort(FsQueue *queue, const char *tenant, float8 tokens);
 
 #endif							/* FAIRSHARE_BUDGET_H */

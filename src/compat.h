@@ -24,8 +24,10 @@
  */
 #if PG_VERSION_NUM >= 170000
 #define FS_MY_PROC_NUMBER	MyProcNumber
+#define FS_FIRST_PROC_NUMBER 0
 #else
 #define FS_MY_PROC_NUMBER	MyBackendId
+#define FS_FIRST_PROC_NUMBER 1	/* backend ids start at 1 */
 #endif
 
 /*

@@ -15,10 +15,14 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
+#include "budget.h"
 #include "fairshare.h"
-#include "tenant_limits.h"
+#include "gate.h"
 #include "shmem.h"
 #include "slots.h"
+#include "telemetry.h"
+#include "tenant_limits.h"
+#include "tiers.h"
 
 PG_MODULE_MAGIC;
 
@@ -101,11 +105,15 @@ _PG_init(void)
 							 PGC_SUSET, GUC_NOT_IN_SAMPLE | GUC_UNIT_S,
 							 NULL, NULL, NULL);
 
+	fs_gate_init();
+	fs_telemetry_init();
+	fs_tiers_init();
 	MarkGUCPrefixReserved("fairshare");
 
 	fs_shmem_request();
 	fs_limits_init();
 	fs_slots_init();
+	fs_budget_init();
 }
 
 /* Every SQL function starts here. */

@@ -39,6 +39,17 @@
  *	  FsQueue pointers and skip the lock afterwards; a queue's own fields are
  *	  under its spinlock.
  *
+ * 5a. Worker heartbeats (gate.c).  workers_lock, EXCLUSIVE for a heartbeat,
+ *	  SHARED to recount a queue's live threads.  Taken before a tenant entry
+ *	  is opened, never while a partition lock is held.
+ *
+ * 5b. Tier counters (tiers.c).  A partitioned table like the tenant table,
+ *	  with FS_TIER_PARTITIONS locks of its own and a spinlock per entry.
+ *
+ * 5c. Decision log (telemetry.c).  One ring per backend slot, written only by
+ *	  the backend in that slot; readers check a sequence number per record.
+ *	  No lock.
+ *
  * 6. Counters for the whole server (FsShared.stats) are under stats_mutex,
  *	  copied out under it by readers.  The limits generation and the lease id
  *	  counter are atomics.
@@ -65,6 +76,8 @@
 #include "shmem.h"
 #include "slots.h"
 #include "statefile.h"
+#include "telemetry.h"
+#include "tiers.h"
 
 /* Entries evicted by one pass, as a share of the table (at least one). */
 #define FS_EVICT_FRACTION	0.05
@@ -131,6 +144,9 @@ fs_shmem_size(void)
 	size = add_size(size, hash_estimate_size(fs_max_queues, sizeof(FsQueue)));
 	size = add_size(size, hash_estimate_size(fs_max_tenants, sizeof(FsTenant)));
 	size = add_size(size, fs_slots_shmem_size());
+	size = add_size(size, fs_gate_shmem_size());
+	size = add_size(size, fs_telemetry_shmem_size());
+	size = add_size(size, fs_tiers_shmem_size());
 	return size;
 }
 
@@ -142,7 +158,7 @@ fs_shmem_request_hook(void)
 
 	RequestAddinShmemSpace(fs_shmem_size());
 	RequestNamedLWLockTranche("fairshare",
-							  FS_LEASE_LOCKS_OFFSET + FS_LEASE_PARTITIONS);
+							  FS_TIER_LOCKS_OFFSET + FS_TIER_PARTITIONS);
 }
 
 /*
@@ -174,6 +190,7 @@ fs_shmem_startup_hook(void)
 		fs_shared->queues_lock = &locks[0].lock;
 		fs_shared->evict_lock = &locks[1].lock;
 		fs_shared->statefile_lock = &locks[2].lock;
+		fs_shared->workers_lock = &locks[3].lock;
 		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS].lock;
 		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
 		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);
@@ -202,6 +219,9 @@ fs_shmem_startup_hook(void)
 								   HASH_PARTITION | HASH_FIXED_SIZE);
 
 	fs_slots_shmem_init();
+	fs_gate_shmem_init();
+	fs_telemetry_shmem_init();
+	fs_tiers_shmem_init();
 
 	LWLockRelease(AddinShmemInitLock);
 
@@ -243,6 +263,7 @@ fs_queue_init(FsQueue *queue)
 	memset((char *) queue + sizeof(FsQueueKey), 0,
 		   sizeof(FsQueue) - sizeof(FsQueueKey));
 	queue->queue_id = fs_shared->num_queues++;
+	pg_atomic_init_u32(&queue->slots_in_use, 0);
 	SpinLockInit(&queue->mutex);
 	fs_gate_queue_init(queue);
 	fs_shared->queues[queue->queue_id] = queue;
@@ -322,6 +343,16 @@ fs_queue_lookup(const char *name, bool create)
 		cached->queue = queue;
 	}
 	return queue;
+}
+
+/*
+ * The queue a tenant entry belongs to.  Queues are never removed and the
+ * entry's queue existed before the entry, so no lock is needed.
+ */
+FsQueue *
+fs_queue_of(const FsTenant *entry)
+{
+	return fs_shared->queues[entry->key.queue_id];
 }
 
 /* The queue with the given id (NULL if there is none). */
@@ -484,17 +515,20 @@ fs_tenant_partition_lock(uint32 hashvalue)
  * limits current.  On success the entry's partition lock is held (release it
  * with fs_tenant_close()) and ref->limits holds the limits to decide with.
  *
- * Returns NULL, holding nothing, when the entry does not exist and create is
- * false, or when the table is full and nothing can be evicted (counted: the
- * caller fails open).
+ * Returns NULL, holding nothing, when the entry does not exist and
+ * FS_OPEN_CREATE is not given, or when the table is full and nothing can be
+ * evicted (counted: the caller fails open).  With FS_OPEN_NO_LIMITS the
+ * cached limits are used even if stale: for callers that may not run SPI
+ * (transaction-end callbacks).
  *
  * Limits are cached in the entry together with the generation they were
  * loaded at.  When they are stale we let go of every lock, load them with
  * SPI (tenant_limits.c), and store them on the way back in.
  */
 FsTenant *
-fs_tenant_open(FsQueue *queue, const char *tenant, bool create, FsTenantRef *ref)
+fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
 {
+	bool		create = (flags & FS_OPEN_CREATE) != 0;
 	FsTenantKey key;
 	uint32		hashvalue;
 	LWLock	   *lock;
@@ -549,7 +583,7 @@ fs_tenant_open(FsQueue *queue, const char *tenant, bool create, FsTenantRef *ref
 		}
 
 		SpinLockAcquire(&entry->mutex);
-		if (fs_limits_current(entry))
+		if (fs_limits_current(entry) || (flags & FS_OPEN_NO_LIMITS))
 			fs_limits_copy_out(entry, &ref->limits);
 		else if (resolved)
 			fs_limits_store(entry, &ref->limits, generation);	/* loaded just now */

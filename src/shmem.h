@@ -16,15 +16,19 @@
 #include "storage/lwlock.h"
 #include "storage/spin.h"
 
-/* Partitions of the tenant table; a power of two. */
+/* Partitions of the shared tables; powers of two. */
 #define FS_TENANT_PARTITIONS	128
+#define FS_LEASE_PARTITIONS		64	/* slots.c */
+#define FS_TIER_PARTITIONS		16	/* tiers.c */
 
 /*
  * The "fairshare" LWLock tranche: FS_MISC_LOCKS named locks, then the tenant
- * partitions, then the lease partitions (slots.h).
+ * partitions, then the lease partitions (slots.h), then the tier partitions
+ * (tiers.h).
  */
-#define FS_MISC_LOCKS			3
+#define FS_MISC_LOCKS			4
 #define FS_LEASE_LOCKS_OFFSET	(FS_MISC_LOCKS + FS_TENANT_PARTITIONS)
+#define FS_TIER_LOCKS_OFFSET	(FS_LEASE_LOCKS_OFFSET + FS_LEASE_PARTITIONS)
 
 /*
  * A queue, per database.  Queues are created on first use and live until
@@ -41,8 +45,15 @@ typedef struct FsQueue
 {
 	FsQueueKey	key;			/* hash key: must be first */
 	uint32		queue_id;		/* index in FsShared->queues, stable */
+	pg_atomic_uint32 slots_in_use;	/* all tenants' slots (busy worker threads) */
 	slock_t		mutex;			/* protects the fields below */
 	uint64		tenants;		/* tenant entries of this queue */
+	/* global gate (gate.c) */
+	int32		live_threads;	/* threads of workers with a recent heartbeat */
+	int32		live_workers;
+	TimestampTz live_until;		/* when the first of them drops out */
+	float8		latency_ms;		/* last reported queue latency */
+	TimestampTz latency_at;		/* when it was reported */
 } FsQueue;
 
 /*
@@ -122,6 +133,7 @@ typedef struct FsShared
 	LWLock	   *queues_lock;	/* the queue table */
 	LWLock	   *evict_lock;		/* one eviction pass at a time */
 	LWLock	   *statefile_lock; /* one state-file writer at a time */
+	LWLock	   *workers_lock;	/* the worker heartbeat table (gate.c) */
 	LWLock	   *tenant_locks;	/* FS_TENANT_PARTITIONS of them */
 
 	pg_atomic_uint32 limits_generation; /* bumped when fs_limits commits */
@@ -161,7 +173,11 @@ extern FsQueue *fs_queue_lookup(const char *name, bool create);
 extern FsQueue *fs_queue_by_id(uint32 queue_id);
 extern FsQueue *fs_queue_insert_unlocked(Oid dboid, const char *name);
 extern void fs_tenant_key_init(FsTenantKey *key, uint32 queue_id, const char *tenant);
-extern FsTenant *fs_tenant_open(FsQueue *queue, const char *tenant, bool create,
+/* fs_tenant_open() flags */
+#define FS_OPEN_CREATE		0x01	/* create the entry if it is missing */
+#define FS_OPEN_NO_LIMITS	0x02	/* find only: no limits refresh (no SPI) */
+
+extern FsTenant *fs_tenant_open(FsQueue *queue, const char *tenant, int flags,
 								FsTenantRef *ref);
 extern void fs_tenant_close(FsTenantRef *ref);
 extern FsTenant *fs_tenant_insert_unlocked(const FsTenantKey *key);
@@ -171,6 +187,7 @@ extern void fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg);
 extern long fs_tenant_count(void);
 extern void fs_count_global(size_t offset);
 extern Size fs_tenant_entry_bytes(void);
+extern FsQueue *fs_queue_of(const FsTenant *entry);
 
 #define FS_COUNT_GLOBAL(field) fs_count_global(offsetof(FsGlobalStats, field))
 

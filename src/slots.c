@@ -28,6 +28,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/shmem.h"
@@ -38,6 +40,7 @@
 #include "budget.h"
 #include "gate.h"
 #include "slots.h"
+#include "telemetry.h"
 
 PG_FUNCTION_INFO_V1(fs_acquire_slot);
 PG_FUNCTION_INFO_V1(fs_release_slot);
@@ -176,14 +179,22 @@ fs_lease_lock(uint32 hashvalue)
 static void
 fs_tenant_slot_free(FsTenant *tenant, bool expired)
 {
+	FsQueue    *queue = fs_queue_of(tenant);
+	bool		freed = false;
+
 	SpinLockAcquire(&tenant->mutex);
 	if (tenant->slots_in_use > 0)
+	{
 		tenant->slots_in_use--;
+		freed = true;
+	}
 	if (tenant->slots_in_use == 0)
 		tenant->earliest_expiry = DT_NOEND;
 	if (expired)
 		tenant->leases_expired++;
 	SpinLockRelease(&tenant->mutex);
+	if (freed)
+		pg_atomic_fetch_sub_u32(&queue->slots_in_use, 1);
 	if (expired)
 		FS_COUNT_GLOBAL(leases_expired);
 }
@@ -214,6 +225,8 @@ fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
 {
 	FsTenantRef ref;
 	FsTenant   *entry;
+	FsGateCapacity cap;
+	FsDecision	d;
 	TimestampTz expires_at = now + lease_usecs;
 	bool		swept = false;
 	bool		granted;
@@ -230,16 +243,20 @@ fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
 	decision->lease_id = 0;
 	decision->slots_in_use = 0;
 	decision->ceiling = 0;
+	fs_decision_init(&d, FS_DECISION_SLOT, tenant, now);
+	d.requested = 1;
 
 	if (queue == NULL)
 		goto fail_open;
+	d.queue_id = queue->queue_id;
 
 retry:
-	entry = fs_tenant_open(queue, tenant, true, &ref);
+	fs_gate_capacity(queue, now, &cap);
+	entry = fs_tenant_open(queue, tenant, FS_OPEN_CREATE, &ref);
 	if (entry == NULL)
 		goto fail_open;
 
-	ceiling = fs_gate_ceiling(queue, &ref.limits, now, &deny_reason);
+	ceiling = fs_gate_ceiling(&cap, &ref.limits, &deny_reason);
 	pending = fs_local_find_pending(entry);
 	need_sweep = false;
 
@@ -257,6 +274,7 @@ retry:
 		granted = false;
 		need_sweep = entry->earliest_expiry <= now && !swept;
 	}
+	d.runs_possible = Max(ceiling - entry->slots_in_use, 0) + (granted ? 1 : 0);
 	if (granted)
 	{
 		if (expires_at < entry->earliest_expiry)
@@ -268,6 +286,8 @@ retry:
 	decision->slots_in_use = entry->slots_in_use;
 	SpinLockRelease(&entry->mutex);
 	fs_tenant_close(&ref);
+	if (granted && pending < 0)
+		pg_atomic_fetch_add_u32(&queue->slots_in_use, 1);
 
 	decision->ceiling = ceiling;
 	if (!granted)
@@ -280,6 +300,8 @@ retry:
 			goto retry;
 		}
 		decision->reason = deny_reason;
+		d.reason = deny_reason;
+		fs_decision_log(&d);
 		return;
 	}
 
@@ -322,6 +344,9 @@ retry:
 		decision->lease_id = lease_id;
 		decision->reason = FS_REASON_FAIL_OPEN;
 		FS_COUNT_GLOBAL(fail_open);
+		d.reason = FS_REASON_FAIL_OPEN;
+		d.granted = 1;
+		fs_decision_log(&d);
 		return;
 	}
 
@@ -333,12 +358,18 @@ retry:
 	}
 	decision->lease_id = lease_id;
 	decision->reason = FS_REASON_GRANTED;
+	d.reason = FS_REASON_GRANTED;
+	d.granted = 1;
+	fs_decision_log(&d);
 	return;
 
 fail_open:
 	decision->lease_id = (int64) pg_atomic_fetch_add_u64(&fs_shared->next_lease_id, 1);
 	decision->reason = FS_REASON_FAIL_OPEN;
 	FS_COUNT_GLOBAL(fail_open);
+	d.reason = FS_REASON_FAIL_OPEN;
+	d.granted = 1;
+	fs_decision_log(&d);
 }
 
 /*
@@ -482,6 +513,7 @@ fs_slot_renew(int64 lease_id, int64 lease_usecs, TimestampTz now)
 		if (expires_at < tenant->earliest_expiry)
 			tenant->earliest_expiry = expires_at;
 		SpinLockRelease(&tenant->mutex);
+		pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
 		LWLockRelease(lock);
 		FS_COUNT_GLOBAL(leases_reregistered);
 		return true;
@@ -585,11 +617,14 @@ fs_sweep_expired_leases(TimestampTz now)
 		}
 
 		SpinLockAcquire(&tenant->mutex);
-		tenant->slots_in_use = Max(0, tenant->slots_in_use - slots);
+		slots = Min(slots, tenant->slots_in_use);
+		tenant->slots_in_use -= slots;
 		tenant->orphan_leases = (uint16) Max(0, (int) tenant->orphan_leases - orphans);
 		tenant->leases_expired += slots;
 		tenant->earliest_expiry = earliest;
 		SpinLockRelease(&tenant->mutex);
+		if (slots > 0)
+			pg_atomic_fetch_sub_u32(&fs_queue_of(tenant)->slots_in_use, (uint32) slots);
 		i = j;
 	}
 
@@ -677,6 +712,7 @@ fs_lease_restore(int64 lease_id, FsTenant *tenant, TimestampTz acquired_at,
 	{
 		lease->state = FS_LEASE_LIVE;
 		tenant->slots_in_use++;
+		pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
 		if (expires_at < tenant->earliest_expiry)
 			tenant->earliest_expiry = expires_at;
 	}

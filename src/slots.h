@@ -10,9 +10,6 @@
 
 #include "shmem.h"
 
-/* Partitions of the lease table; a power of two. */
-#define FS_LEASE_PARTITIONS		64
-
 /* Longest lease a single acquire or renew may ask for. */
 #define FS_MAX_LEASE_USECS		(INT64CONST(366) * USECS_PER_DAY)
 

@@ -54,6 +54,11 @@ is($q->("SELECT fs_renew_slot(12345)"), 'f', 'an unknown lease does not re-regis
 is($q->("SELECT fs_renew_slot($too_late)"), 'f', 'a lease taken after the last save is unknown');
 is($q->("SELECT leases_orphaned || '/' || leases_reregistered FROM fs_stats"), '3/1', 'orphans counted');
 is($q->("SELECT fs_acquire_slot('acme', 'st') IS NOT NULL"), 't', 'decisions work after a crash');
+# A budget's balance is unknown for a minute after a crash: spends fail open.
+$q->("SELECT fs_set_limit('acme', 'st', budget_ms_per_minute => 100)");
+is($q->("SELECT fs_spend_tokens('acme', 50, 100, 'st')"), '50', 'a spend right after a crash is granted in full');
+is($q->("SELECT reason FROM fs_decisions WHERE kind = 'spend' AND tenant = 'acme' ORDER BY seq DESC LIMIT 1"),
+	'fail_open', 'and recorded as fail_open');
 
 # A backend crash (the postmaster re-creates shared memory) is a crash too.
 $q->("SELECT fs_release_slot(lease_id) FROM fs_leases WHERE queue = 'st' AND state <> 'releasing'");

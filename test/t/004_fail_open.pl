@@ -23,10 +23,16 @@ is($q->("SELECT fs_renew_slot($lease) || '/' || fs_release_slot($lease)"), 'fals
 	'a fail-open lease is not tracked');
 is($q->("SELECT count(*) FROM fs_tenants WHERE tenant = 'newcomer'"), '0', 'no entry was made');
 
+is($q->("SELECT fs_spend_tokens('newcomer', 7, 100, 'fo')"), '7', 'a spend for it is granted in full');
+is($q->("SELECT fail_open FROM fs_stats"), '2', 'and counted as fail_open');
+is($q->("SELECT reason || '/' || runs_granted FROM fs_decisions WHERE tenant = 'newcomer' AND kind = 'spend'"),
+	'fail_open/7', 'with its reason in the decision log');
+is($q->("SELECT fs_charge_tokens('newcomer', 5, 'fo') IS NULL"), 't', 'a charge fails open too');
+
 # Release some: those tenants become idle and are evicted for newcomers.
 $q->("SELECT fs_release_slot(lease_id) FROM fs_leases WHERE tenant IN ('busy1', 'busy2')");
 is($q->("SELECT fs_acquire_slot('newcomer', 'fo', '1 hour') IS NOT NULL"), 't', 'granted');
-is($q->("SELECT fail_open || '/' || evictions FROM fs_stats"), '1/1',
+is($q->("SELECT fail_open || '/' || evictions FROM fs_stats"), '3/1',
 	'by evicting an idle entry, not by failing open');
 is($q->("SELECT count(*) FROM fs_tenants WHERE tenant IN ('busy1', 'busy2')"), '1',
 	'the least recently used idle entry went first');
@@ -37,7 +43,7 @@ is($q->("SELECT slots_in_use FROM fs_tenants WHERE tenant = 'newcomer'"), '1', '
 $q->("SELECT fs_set_limit('*', 'fo', max_slots => 100)");
 $q->("SELECT fs_acquire_slot('busy3', 'fo', '1 hour') FROM generate_series(1, 20)");
 is($q->("SELECT leases FROM fs_stats"), '40', 'lease table full');
-ok($q->("SELECT lease_table_full > 0 AND fail_open > 1 FROM fs_stats") eq 't', 'overflowing leases fail open');
+ok($q->("SELECT lease_table_full > 0 AND fail_open > 3 FROM fs_stats") eq 't', 'overflowing leases fail open');
 is($q->("SELECT slots_in_use FROM fs_tenants WHERE tenant = 'busy3'"), '10',
 	'untracked grants do not count as held slots');
 
@@ -45,6 +51,15 @@ is($q->("SELECT slots_in_use FROM fs_tenants WHERE tenant = 'busy3'"), '10',
 is($q->("SELECT fs_acquire_slot('x', 'fo2') IS NOT NULL"), 't', 'second queue is fine');
 is($q->("SELECT fs_acquire_slot('x', 'fo3') IS NOT NULL"), 't', 'third queue fails open');
 is($q->("SELECT queue_table_full FROM fs_stats"), '1', 'counted');
+
+# Tier counters full (32): idle ones are evicted, else the job stays put.
+$node->append_conf('postgresql.conf', 'fairshare.max_tier_keys = 32');
+$node->restart;
+my $rules = q{'[{"threshold": 1000, "per": "1 hour", "queue": "slow"}]'};
+$q->("SELECT fs_route_enqueue('t' || i, 'Job', $rules, 'fo') FROM generate_series(1, 32) i");
+my $before = $q->("SELECT fail_open FROM fs_stats");
+is($q->("SELECT fs_route_enqueue('t33', 'Job', $rules, 'fo')"), 'fo', 'a full tier table keeps the job in its queue');
+is($q->("SELECT fail_open - $before FROM fs_stats"), '1', 'counted as fail_open');
 
 $node->stop;
 done_testing();

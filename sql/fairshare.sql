@@ -1,0 +1,374 @@
+/*
+ * fairshare: the install script of the current version.
+ *
+ * This is the source of truth for a fresh install; the build turns it into
+ * fairshare--<version>.sql.  Every change here also goes into an upgrade
+ * script fairshare--<old>--<new>.sql, and the regression test "upgrade"
+ * checks that both ways give the same objects.
+ */
+
+\echo Use "CREATE EXTENSION fairshare" to load this file. \quit
+
+
+-- ---------------------------------------------------------------------------
+-- Limits
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE fs_limits (
+    queue                text NOT NULL DEFAULT 'default',
+    tenant               text NOT NULL,
+    max_slots            integer,
+    min_slots            integer,
+    weight               double precision,
+    budget_ms_per_minute double precision,
+    throttle_pct         double precision,
+    updated_at           timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, tenant)
+);
+
+COMMENT ON TABLE fs_limits IS
+'Per-tenant limits, per queue.  ''*'' as tenant or queue is the default for any tenant or queue.  A NULL field inherits: (queue, tenant) > (''*'', tenant) > (queue, ''*'') > (''*'', ''*'') > built-in defaults.  Changes apply when the changing transaction commits.';
+COMMENT ON COLUMN fs_limits.queue IS 'queue name, or ''*'' for every queue';
+COMMENT ON COLUMN fs_limits.tenant IS 'tenant name, or ''*'' for every tenant';
+COMMENT ON COLUMN fs_limits.max_slots IS 'most slots the tenant may hold at once (default 1; 0 stops the tenant)';
+COMMENT ON COLUMN fs_limits.min_slots IS 'slots the global gate always leaves the tenant, up to max_slots (default 0)';
+COMMENT ON COLUMN fs_limits.weight IS 'relative share in fair dequeue (default 1)';
+COMMENT ON COLUMN fs_limits.budget_ms_per_minute IS 'token budget in milliseconds of worker time per minute; NULL inherits, ''infinity'' means no budget (the default)';
+COMMENT ON COLUMN fs_limits.throttle_pct IS 'percentage of its global-gate share the tenant gets, 0..100 (default 100)';
+COMMENT ON COLUMN fs_limits.updated_at IS 'when the row was last changed';
+
+GRANT SELECT ON fs_limits TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('fs_limits', '');
+
+CREATE FUNCTION fs_limits_validate() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'fs_limits_validate';
+COMMENT ON FUNCTION fs_limits_validate() IS
+'trigger: rejects invalid rows of fs_limits with an error that says what is wrong';
+
+CREATE FUNCTION fs_limits_changed() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'fs_limits_changed';
+COMMENT ON FUNCTION fs_limits_changed() IS
+'trigger: makes changes to fs_limits reach shared memory when the transaction commits';
+
+CREATE TRIGGER fs_limits_validate
+    BEFORE INSERT OR UPDATE ON fs_limits
+    FOR EACH ROW EXECUTE FUNCTION fs_limits_validate();
+CREATE TRIGGER fs_limits_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON fs_limits
+    FOR EACH STATEMENT EXECUTE FUNCTION fs_limits_changed();
+
+CREATE FUNCTION fs_set_limit(
+    tenant               text,
+    queue                text DEFAULT 'default',
+    max_slots            integer DEFAULT NULL,
+    min_slots            integer DEFAULT NULL,
+    weight               double precision DEFAULT NULL,
+    budget_ms_per_minute double precision DEFAULT NULL,
+    throttle_pct         double precision DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+AS $$
+    INSERT INTO @extschema@.fs_limits AS l
+           (queue, tenant, max_slots, min_slots, weight, budget_ms_per_minute, throttle_pct)
+    VALUES ($2, $1, $3, $4, $5, $6, $7)
+    ON CONFLICT (queue, tenant) DO UPDATE SET
+        max_slots            = COALESCE(EXCLUDED.max_slots, l.max_slots),
+        min_slots            = COALESCE(EXCLUDED.min_slots, l.min_slots),
+        weight               = COALESCE(EXCLUDED.weight, l.weight),
+        budget_ms_per_minute = COALESCE(EXCLUDED.budget_ms_per_minute, l.budget_ms_per_minute),
+        throttle_pct         = COALESCE(EXCLUDED.throttle_pct, l.throttle_pct),
+        updated_at           = now();
+$$;
+COMMENT ON FUNCTION fs_set_limit(text, text, integer, integer, double precision, double precision, double precision) IS
+'sets limits of a tenant (''*'' for the queue default) in a queue (''*'' for every queue); NULL leaves a field as it is';
+
+CREATE FUNCTION fs_effective_limits(
+    tenant text,
+    queue  text DEFAULT 'default',
+    OUT max_slots integer,
+    OUT min_slots integer,
+    OUT weight double precision,
+    OUT budget_ms_per_minute double precision,
+    OUT throttle_pct double precision)
+RETURNS record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_effective_limits';
+COMMENT ON FUNCTION fs_effective_limits(text, text) IS
+'the limits a decision for this tenant and queue uses, after defaults (budget NULL: no budget)';
+
+-- ---------------------------------------------------------------------------
+-- Slots
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION fs_acquire_slot(
+    tenant text,
+    queue  text DEFAULT 'default',
+    lease  interval DEFAULT '5 minutes')
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_acquire_slot';
+COMMENT ON FUNCTION fs_acquire_slot(text, text, interval) IS
+'takes a concurrency slot of the tenant in the queue: a lease id, or NULL when the tenant is at its limit';
+
+CREATE FUNCTION fs_release_slot(lease_id bigint)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_release_slot';
+COMMENT ON FUNCTION fs_release_slot(bigint) IS
+'releases a lease: true if it was live, false if unknown, expired or already released';
+
+CREATE FUNCTION fs_renew_slot(lease_id bigint, lease interval DEFAULT '5 minutes')
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_renew_slot';
+COMMENT ON FUNCTION fs_renew_slot(bigint, interval) IS
+'extends a live lease to now + lease: true if renewed, false if unknown, expired or released';
+
+-- ---------------------------------------------------------------------------
+-- Telemetry
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION fs_tenant_state(
+    OUT queue text,
+    OUT tenant text,
+    OUT slots_in_use integer,
+    OUT max_slots integer,
+    OUT min_slots integer,
+    OUT weight double precision,
+    OUT budget_ms_per_minute double precision,
+    OUT token_balance double precision,
+    OUT throttle_pct double precision,
+    OUT ready_rows bigint,
+    OUT virtual_finish double precision,
+    OUT granted bigint,
+    OUT denied_tenant_limit bigint,
+    OUT denied_global_gate bigint,
+    OUT denied_throttled bigint,
+    OUT denied_backpressure bigint,
+    OUT denied_no_budget bigint,
+    OUT leases_expired bigint,
+    OUT failed_to_deliver bigint,
+    OUT served_ms double precision,
+    OUT last_decision_at timestamptz)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_tenant_state';
+COMMENT ON FUNCTION fs_tenant_state() IS
+'live state and counters of every (queue, tenant) entry of this database; see the fs_tenants view';
+
+CREATE VIEW fs_tenants AS SELECT * FROM fs_tenant_state();
+GRANT SELECT ON fs_tenants TO PUBLIC;
+COMMENT ON VIEW fs_tenants IS
+'live per-tenant state: slots in use, cached limits, token balance, backlog, and decisions by reason';
+
+CREATE FUNCTION fs_lease_state(
+    OUT lease_id bigint,
+    OUT queue text,
+    OUT tenant text,
+    OUT state text,
+    OUT acquired_at timestamptz,
+    OUT expires_at timestamptz,
+    OUT holder_pid integer)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_lease_state';
+COMMENT ON FUNCTION fs_lease_state() IS
+'every lease of this database''s queues; see the fs_leases view';
+
+CREATE VIEW fs_leases AS SELECT * FROM fs_lease_state();
+GRANT SELECT ON fs_leases TO PUBLIC;
+COMMENT ON VIEW fs_leases IS
+'leases: live, releasing (by an open transaction) or orphan (from before a crash, re-registered on renew)';
+
+CREATE FUNCTION fs_server_state(
+    OUT tenants bigint,
+    OUT max_tenants integer,
+    OUT tenant_entry_size integer,
+    OUT tenant_bytes_per_entry integer,
+    OUT leases bigint,
+    OUT max_leases integer,
+    OUT queues integer,
+    OUT max_queues integer,
+    OUT fail_open bigint,
+    OUT evictions bigint,
+    OUT tenant_table_full bigint,
+    OUT queue_table_full bigint,
+    OUT lease_table_full bigint,
+    OUT leases_expired bigint,
+    OUT leases_orphaned bigint,
+    OUT leases_reregistered bigint,
+    OUT start_kind text,
+    OUT started_at timestamptz,
+    OUT stats_reset timestamptz)
+RETURNS record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_server_state';
+COMMENT ON FUNCTION fs_server_state() IS
+'server-wide figures: table sizes and use, fail-open and eviction counters, how state began; see the fs_stats view';
+
+CREATE VIEW fs_stats AS SELECT * FROM fs_server_state();
+GRANT SELECT ON fs_stats TO PUBLIC;
+COMMENT ON VIEW fs_stats IS
+'server-wide fairshare figures (all databases): capacity, fail_open, evictions, leases expired and re-registered';
+
+CREATE FUNCTION fs_save_state()
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_save_state_now';
+COMMENT ON FUNCTION fs_save_state() IS
+'writes fairshare''s running state file now (queues and leases): after a crash these leases re-register on renew';
+REVOKE ALL ON FUNCTION fs_save_state() FROM PUBLIC;
+
+CREATE FUNCTION fs_reset()
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_reset';
+COMMENT ON FUNCTION fs_reset() IS
+'zeroes every fairshare counter; live state (slots, leases, balances) is kept';
+REVOKE ALL ON FUNCTION fs_reset() FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- Budget
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION fs_spend_tokens(
+    tenant         text,
+    requested_runs integer,
+    cost_ms        integer DEFAULT 100,
+    queue          text DEFAULT 'default')
+RETURNS integer
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_spend_tokens';
+COMMENT ON FUNCTION fs_spend_tokens(text, integer, integer, text) IS
+'admits up to requested_runs runs of cost_ms tokens each from the tenant''s budget: returns the runs granted (0 under backpressure)';
+
+CREATE FUNCTION fs_charge_tokens(
+    tenant  text,
+    used_ms double precision,
+    queue   text DEFAULT 'default')
+RETURNS double precision
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_charge_tokens';
+COMMENT ON FUNCTION fs_charge_tokens(text, double precision, text) IS
+'pays used_ms of worker time from the tenant''s budget (the balance may go below zero); returns the balance, NULL without a budget';
+
+-- ---------------------------------------------------------------------------
+-- Global gate and backpressure
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION fs_worker_heartbeat(worker text, threads integer, queue text DEFAULT 'default')
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_worker_heartbeat';
+COMMENT ON FUNCTION fs_worker_heartbeat(text, integer, text) IS
+'reports a live worker with this many threads serving the queue (0: it stops); live threads drive the global gate';
+
+CREATE FUNCTION fs_report_latency(latency interval, queue text DEFAULT 'default')
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_report_latency';
+COMMENT ON FUNCTION fs_report_latency(interval, text) IS
+'reports how long the queue''s oldest ready job has waited; over fairshare.backpressure_latency, admission grants nothing';
+
+CREATE FUNCTION fs_worker_state(
+    OUT queue text,
+    OUT worker text,
+    OUT threads integer,
+    OUT last_heartbeat timestamptz,
+    OUT live boolean)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_worker_state';
+COMMENT ON FUNCTION fs_worker_state() IS
+'the workers that reported heartbeats for this database''s queues; see the fs_workers view';
+
+CREATE VIEW fs_workers AS SELECT * FROM fs_worker_state();
+GRANT SELECT ON fs_workers TO PUBLIC;
+COMMENT ON VIEW fs_workers IS
+'workers and their last heartbeats; live ones count towards their queue''s live threads';
+
+CREATE FUNCTION fs_queue_state(
+    OUT queue text,
+    OUT tenants bigint,
+    OUT live_workers integer,
+    OUT live_threads integer,
+    OUT slots_in_use integer,
+    OUT free_threads integer,
+    OUT tenant_share_threads double precision,
+    OUT dampener double precision,
+    OUT latency_ms double precision,
+    OUT latency_reported_at timestamptz,
+    OUT backpressure text)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_queue_state';
+COMMENT ON FUNCTION fs_queue_state() IS
+'the global gate''s view of every queue of this database; see the fs_queues view';
+
+CREATE VIEW fs_queues AS SELECT * FROM fs_queue_state();
+GRANT SELECT ON fs_queues TO PUBLIC;
+COMMENT ON VIEW fs_queues IS
+'per queue: live workers and threads, slots in use, the share a tenant may hold now, the dampener, latency, and backpressure (none, latency, no_free_thread)';
+
+-- ---------------------------------------------------------------------------
+-- Decision log
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION fs_decision_state(
+    OUT decided_at timestamptz,
+    OUT pid integer,
+    OUT kind text,
+    OUT queue text,
+    OUT tenant text,
+    OUT requested_runs integer,
+    OUT runs_possible integer,
+    OUT runs_granted integer,
+    OUT tokens_before double precision,
+    OUT tokens_consumed double precision,
+    OUT balance_after double precision,
+    OUT reason text,
+    OUT seq bigint)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_decision_state';
+COMMENT ON FUNCTION fs_decision_state() IS
+'the most recent decisions of every backend (fairshare.decision_log_size each); see the fs_decisions view';
+
+CREATE VIEW fs_decisions AS SELECT * FROM fs_decision_state();
+GRANT SELECT ON fs_decisions TO PUBLIC;
+COMMENT ON VIEW fs_decisions IS
+'recent decisions (kind slot, spend or charge): tokens before, runs possible, runs granted, tokens consumed, balance after, and the reason; seq orders the decisions of one pid';
+
+-- ---------------------------------------------------------------------------
+-- Greedy-tenant tiers
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION fs_route_enqueue(
+    tenant    text,
+    job_class text,
+    rules     jsonb,
+    queue     text DEFAULT 'default')
+RETURNS text
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_route_enqueue';
+COMMENT ON FUNCTION fs_route_enqueue(text, text, jsonb, text) IS
+'records an enqueue of the tenant''s job class and returns the queue to use: the last rule whose threshold is exceeded in its sliding window, else queue';
+
+CREATE FUNCTION fs_tier_state(
+    OUT queue text,
+    OUT tenant text,
+    OUT job_class text,
+    OUT rule integer,
+    OUT per interval,
+    OUT enqueues double precision,
+    OUT last_enqueue_at timestamptz)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_tier_state';
+COMMENT ON FUNCTION fs_tier_state() IS
+'the sliding-window counters of greedy-tenant tiers; see the fs_tiers view';
+
+CREATE VIEW fs_tiers AS SELECT * FROM fs_tier_state();
+GRANT SELECT ON fs_tiers TO PUBLIC;
+COMMENT ON VIEW fs_tiers IS
+'per (queue, tenant, job class) and rule: enqueues counted in the rule''s sliding window now';

@@ -1,0 +1,591 @@
+/*-------------------------------------------------------------------------
+ *
+ * tiers.c
+ *	  Greedy-tenant tiers: fs_route_enqueue(tenant, job_class, rules, queue)
+ *	  records an enqueue and says which queue the job should go to.
+ *
+ * Rules are a JSON array such as
+ *
+ *	 [{"threshold": 100, "per": "1 hour",   "queue": "default_throttled"},
+ *	  {"threshold": 10,  "per": "1 minute", "queue": "default_superslow"}]
+ *
+ * For each (queue, tenant, job class) and each rule, enqueues are counted in
+ * a sliding window of the rule's length; the last rule whose threshold is
+ * exceeded (count > threshold, this enqueue included) names the queue, and
+ * with none exceeded the job stays in its queue.
+ *
+ * A window is FS_TIER_BUCKETS sub-buckets of window / FS_TIER_BUCKETS each,
+ * plus the one that just slid out, whose count is weighted by how much of it
+ * is still inside the window (as if its enqueues were spread evenly).  The
+ * count is exact but for that oldest sub-bucket: the error is at most the
+ * enqueues of one sub-bucket, a tenth of the window.  Memory is fixed per
+ * (tenant, job class) and rule, whatever the traffic.
+ *
+ * The table is a partitioned shared hash like the tenant table (shmem.c's
+ * locking rules apply, with its own partition locks); when it is full,
+ * entries whose windows are all empty are evicted, and failing that the job
+ * stays in its queue (counted as fail_open).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "common/hashfn.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+
+#include "tiers.h"
+
+PG_FUNCTION_INFO_V1(fs_route_enqueue);
+PG_FUNCTION_INFO_V1(fs_tier_state);
+
+int			fs_max_tier_keys = 10000;
+
+/* Window lengths allowed for a rule. */
+#define FS_TIER_MIN_WINDOW	USECS_PER_SEC
+#define FS_TIER_MAX_WINDOW	(INT64CONST(366) * USECS_PER_DAY)
+
+/* Parsed rule sets cached per backend, before the cache starts over. */
+#define FS_TIER_RULESET_CACHE 64
+
+typedef struct FsTierKey
+{
+	uint32		queue_id;
+	char		tenant[FS_NAME_BUFLEN];
+	char		job_class[FS_NAME_BUFLEN];
+} FsTierKey;
+
+typedef struct FsTierWindow
+{
+	int64		window_usecs;	/* 0: unused */
+	int64		newest;			/* index of the newest sub-bucket in time */
+	/* FS_TIER_BUCKETS sub-buckets, and the one that slid out last */
+	uint32		counts[FS_TIER_BUCKETS + 1];	/* by fs_tier_slot() */
+} FsTierWindow;
+
+typedef struct FsTierEntry
+{
+	FsTierKey	key;			/* hash key: must be first */
+	slock_t		mutex;
+	TimestampTz touched_at;
+	FsTierWindow windows[FS_TIER_MAX_RULES];
+} FsTierEntry;
+
+typedef struct FsTierRule
+{
+	int64		threshold;
+	int64		window_usecs;
+	char		queue[FS_NAME_BUFLEN];
+} FsTierRule;
+
+typedef struct FsTierRuleSet
+{
+	uint32		hash;			/* hash key: hash of the jsonb bytes */
+	int			nrules;
+	FsTierRule	rules[FS_TIER_MAX_RULES];
+	int			jsonb_len;
+	char	   *jsonb_bytes;	/* to tell rule sets apart on a collision */
+} FsTierRuleSet;
+
+static HTAB *fs_tier_hash = NULL;
+static LWLockPadded *fs_tier_locks = NULL;
+static HTAB *fs_ruleset_cache = NULL;
+static MemoryContext fs_ruleset_context = NULL;
+
+static uint32
+fs_tier_key_hash(const void *key, Size keysize pg_attribute_unused())
+{
+	const FsTierKey *k = (const FsTierKey *) key;
+
+	return hash_combine(hash_combine(murmurhash32(k->queue_id),
+									 hash_bytes((const unsigned char *) k->tenant,
+												(int) strlen(k->tenant))),
+						hash_bytes((const unsigned char *) k->job_class,
+								   (int) strlen(k->job_class)));
+}
+
+static int
+fs_tier_key_match(const void *key1, const void *key2, Size keysize pg_attribute_unused())
+{
+	const FsTierKey *a = (const FsTierKey *) key1;
+	const FsTierKey *b = (const FsTierKey *) key2;
+
+	if (a->queue_id != b->queue_id)
+		return 1;
+	if (strcmp(a->tenant, b->tenant) != 0)
+		return 1;
+	return strcmp(a->job_class, b->job_class);
+}
+
+void
+fs_tiers_init(void)
+{
+	DefineCustomIntVariable("fairshare.max_tier_keys",
+							"Maximum number of (queue, tenant, job class) counters kept for greedy-tenant tiers.",
+							"When the table is full, idle counters are evicted; failing that, jobs stay in their queue.",
+							&fs_max_tier_keys,
+							10000, 32, 10000000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+}
+
+Size
+fs_tiers_shmem_size(void)
+{
+	return hash_estimate_size(fs_max_tier_keys, sizeof(FsTierEntry));
+}
+
+void
+fs_tiers_shmem_init(void)
+{
+	HASHCTL		info;
+
+	fs_tier_locks = &GetNamedLWLockTranche("fairshare")[FS_TIER_LOCKS_OFFSET];
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(FsTierKey);
+	info.entrysize = sizeof(FsTierEntry);
+	info.hash = fs_tier_key_hash;
+	info.match = fs_tier_key_match;
+	info.num_partitions = FS_TIER_PARTITIONS;
+	fs_tier_hash = ShmemInitHash("fairshare tiers",
+								 fs_max_tier_keys, fs_max_tier_keys,
+								 &info,
+								 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+								 HASH_PARTITION | HASH_FIXED_SIZE);
+}
+
+/* ----------------------------------------------------------------
+ * Rules
+ * ----------------------------------------------------------------
+ */
+
+pg_attribute_noreturn()
+static void
+fs_rules_error(int rule, const char *fmt, const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("tier rule %d is invalid: %s", rule, psprintf(fmt, what)),
+			 errhint("Each rule is an object like {\"threshold\": 10, \"per\": \"1 minute\", \"queue\": \"slow\"}.")));
+}
+
+static JsonbValue *
+fs_rule_field(JsonbContainer *rule, int ruleno, const char *field, enum jbvType type)
+{
+	JsonbValue *v = getKeyJsonValueFromContainer(rule, field, strlen(field), NULL);
+
+	if (v == NULL)
+		fs_rules_error(ruleno, "it has no \"%s\"", field);
+	if (v->type != type)
+		fs_rules_error(ruleno, type == jbvNumeric ? "\"%s\" must be a number" :
+					   "\"%s\" must be a string", field);
+	return v;
+}
+
+/* Parse a rule's "per" as an interval, with an error of our own. */
+static int64
+fs_rule_window(int ruleno, const char *text)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	Interval   *volatile interval = NULL;
+	ErrorData  *volatile edata = NULL;
+	float8		usecs;
+
+	PG_TRY();
+	{
+		interval = DatumGetIntervalP(DirectFunctionCall3(interval_in,
+														 CStringGetDatum(text),
+														 ObjectIdGetDatum(InvalidOid),
+														 Int32GetDatum(-1)));
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+	}
+	PG_END_TRY();
+
+	if (edata != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tier rule %d is invalid: \"per\" is not an interval: \"%s\"", ruleno, text),
+				 errdetail("%s", edata->message),
+				 errhint("Use an interval such as \"1 minute\" or \"1 hour\".")));
+	usecs = (float8) interval->time +
+		((float8) interval->month * DAYS_PER_MONTH + interval->day) * USECS_PER_DAY;
+	if (usecs < FS_TIER_MIN_WINDOW || usecs > FS_TIER_MAX_WINDOW)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tier rule %d is invalid: \"per\" must be between 1 second and 366 days, got \"%s\"",
+						ruleno, text),
+				 errhint("Use an interval such as \"1 minute\" or \"1 hour\".")));
+	return (int64) usecs;
+}
+
+static void
+fs_rules_parse(Jsonb *rules, FsTierRuleSet *set)
+{
+	int			n;
+	int			i;
+
+	if (JB_ROOT_IS_SCALAR(rules) || !JB_ROOT_IS_ARRAY(rules))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tier rules must be a JSON array of rule objects"),
+				 errhint("Pass rules like '[{\"threshold\": 10, \"per\": \"1 minute\", \"queue\": \"slow\"}]'.")));
+	n = JB_ROOT_COUNT(rules);
+	if (n > FS_TIER_MAX_RULES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("at most %d tier rules are allowed, got %d", FS_TIER_MAX_RULES, n),
+				 errhint("Merge rules with the same queue, or route in two steps.")));
+
+	set->nrules = n;
+	for (i = 0; i < n; i++)
+	{
+		JsonbValue *elem = getIthJsonbValueFromContainer(&rules->root, i);
+		JsonbContainer *rule;
+		JsonbValue *v;
+		FsTierRule *r = &set->rules[i];
+		float8		threshold;
+		char	   *text;
+		int			ruleno = i + 1;
+
+		if (elem == NULL || elem->type != jbvBinary ||
+			!JsonContainerIsObject(elem->val.binary.data))
+			fs_rules_error(ruleno, "%s", "it must be a JSON object");
+		rule = elem->val.binary.data;
+		if (JsonContainerSize(rule) != 3)
+			fs_rules_error(ruleno, "%s", "it must have exactly the keys \"threshold\", \"per\" and \"queue\"");
+
+		v = fs_rule_field(rule, ruleno, "threshold", jbvNumeric);
+		threshold = DatumGetFloat8(DirectFunctionCall1(numeric_float8,
+													   NumericGetDatum(v->val.numeric)));
+		if (!(threshold >= 0 && threshold <= PG_INT32_MAX && threshold == floor(threshold)))
+			fs_rules_error(ruleno, "%s", "\"threshold\" must be a whole number from 0 to 2147483647");
+		r->threshold = (int64) threshold;
+
+		v = fs_rule_field(rule, ruleno, "per", jbvString);
+		text = pnstrdup(v->val.string.val, v->val.string.len);
+		r->window_usecs = fs_rule_window(ruleno, text);
+
+		v = fs_rule_field(rule, ruleno, "queue", jbvString);
+		if (v->val.string.len == 0 || v->val.string.len > FS_NAME_MAXLEN)
+			fs_rules_error(ruleno, "%s", "\"queue\" must be a queue name of 1 to 63 bytes");
+		memcpy(r->queue, v->val.string.val, v->val.string.len);
+		r->queue[v->val.string.len] = '\0';
+	}
+}
+
+/*
+ * The parsed form of `rules`, from this backend's cache when it has seen
+ * the same bytes before.  Parsing (and checking) happens once per rule set.
+ */
+static const FsTierRuleSet *
+fs_rules_get(Jsonb *rules)
+{
+	int			len = VARSIZE(rules);
+	uint32		hash = hash_bytes((const unsigned char *) rules, len);
+	FsTierRuleSet *set;
+	FsTierRuleSet parsed;
+	bool		found;
+
+	if (fs_ruleset_cache == NULL ||
+		hash_get_num_entries(fs_ruleset_cache) >= FS_TIER_RULESET_CACHE)
+	{
+		HASHCTL		info;
+
+		if (fs_ruleset_context == NULL)
+			fs_ruleset_context = AllocSetContextCreate(TopMemoryContext,
+													   "fairshare tier rules",
+													   ALLOCSET_SMALL_SIZES);
+		else
+			MemoryContextReset(fs_ruleset_context);
+		info.keysize = sizeof(uint32);
+		info.entrysize = sizeof(FsTierRuleSet);
+		info.hcxt = fs_ruleset_context;
+		fs_ruleset_cache = hash_create("fairshare tier rule sets", FS_TIER_RULESET_CACHE,
+									   &info, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+
+	set = hash_search(fs_ruleset_cache, &hash, HASH_FIND, NULL);
+	if (set != NULL && set->jsonb_len == len && memcmp(set->jsonb_bytes, rules, len) == 0)
+		return set;
+
+	/* Parse first: a bad rule set errors out before the cache is touched. */
+	fs_rules_parse(rules, &parsed);
+	if (set != NULL)
+		return memcpy(palloc(sizeof(parsed)), &parsed, sizeof(parsed));	/* collision */
+
+	set = hash_search(fs_ruleset_cache, &hash, HASH_ENTER, &found);
+	memcpy(set, &parsed, sizeof(parsed));
+	set->hash = hash;
+	set->jsonb_len = len;
+	set->jsonb_bytes = MemoryContextAlloc(fs_ruleset_context, len);
+	memcpy(set->jsonb_bytes, rules, len);
+	return set;
+}
+
+/* ----------------------------------------------------------------
+ * Windows
+ * ----------------------------------------------------------------
+ */
+
+#define FS_TIER_SLOTS	(FS_TIER_BUCKETS + 1)
+
+/* The slot of sub-bucket `index` (which may be negative before 2000). */
+static inline int
+fs_tier_slot(int64 index)
+{
+	int64		slot = index % FS_TIER_SLOTS;
+
+	return (int) (slot < 0 ? slot + FS_TIER_SLOTS : slot);
+}
+
+/*
+ * Slide a window to `now` and count one enqueue in it if `add`.  Returns the
+ * window's count.  Entry spinlock held.
+ */
+static float8
+fs_window_count(FsTierWindow *w, int64 window_usecs, TimestampTz now, bool add)
+{
+	int64		bucket_usecs = window_usecs / FS_TIER_BUCKETS;
+	int64		index;
+	int64		into;
+	float8		count = 0;
+	int			i;
+
+	/* Floor division: sub-bucket boundaries are the same on both sides of 2000. */
+	index = now / bucket_usecs;
+	if (now % bucket_usecs < 0)
+		index--;
+	into = now - index * bucket_usecs;
+
+	if (w->window_usecs != window_usecs || index < w->newest)
+	{
+		/* A new rule, a changed one, or a clock that went back: start over. */
+		memset(w, 0, sizeof(*w));
+		w->window_usecs = window_usecs;
+		w->newest = index;
+	}
+	else if (index > w->newest)
+	{
+		int64		steps = Min(index - w->newest, FS_TIER_SLOTS);
+
+		for (i = 1; i <= steps; i++)
+			w->counts[fs_tier_slot(w->newest + i)] = 0;
+		w->newest = index;
+	}
+	if (add)
+		w->counts[fs_tier_slot(index)]++;
+
+	/* The newest FS_TIER_BUCKETS sub-buckets in full, the one before in part. */
+	for (i = 0; i < FS_TIER_BUCKETS; i++)
+		count += w->counts[fs_tier_slot(index - i)];
+	count += w->counts[fs_tier_slot(index - FS_TIER_BUCKETS)] *
+		(1.0 - (float8) into / (float8) bucket_usecs);
+	return count;
+}
+
+static bool
+fs_tier_idle(FsTierEntry *entry, TimestampTz now)
+{
+	int			r;
+
+	for (r = 0; r < FS_TIER_MAX_RULES; r++)
+	{
+		FsTierWindow *w = &entry->windows[r];
+
+		if (w->window_usecs > 0 && fs_window_count(w, w->window_usecs, now, false) > 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Make room: evict every entry whose windows are all empty.  Takes every
+ * partition lock exclusively; only when the table is full.
+ */
+static void
+fs_tiers_evict(TimestampTz now)
+{
+	HASH_SEQ_STATUS seq;
+	FsTierEntry *entry;
+	int			i;
+
+	for (i = 0; i < FS_TIER_PARTITIONS; i++)
+		LWLockAcquire(&fs_tier_locks[i].lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, fs_tier_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		if (fs_tier_idle(entry, now))
+			hash_search(fs_tier_hash, &entry->key, HASH_REMOVE, NULL);
+	}
+	for (i = FS_TIER_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_tier_locks[i].lock);
+}
+
+/* ----------------------------------------------------------------
+ * SQL functions
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * fs_route_enqueue(tenant text, job_class text, rules jsonb, queue text)
+ * RETURNS text: the queue the job should go to.
+ */
+Datum
+fs_route_enqueue(PG_FUNCTION_ARGS)
+{
+	FsTierKey	key;
+	char		queue_name[FS_NAME_BUFLEN];
+	const FsTierRuleSet *rules;
+	FsQueue    *queue;
+	FsTierEntry *entry;
+	uint32		hashvalue;
+	LWLock	   *lock;
+	TimestampTz now;
+	const char *route;
+	bool		found;
+	bool		evicted = false;
+	int			r;
+
+	fs_check_loaded();
+	memset(&key, 0, sizeof(key));
+	fs_name_arg(fcinfo, 0, "tenant", key.tenant);
+	fs_name_arg(fcinfo, 1, "job_class", key.job_class);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("rules must not be null"),
+				 errhint("Pass '[]' for no rules.")));
+	rules = fs_rules_get(PG_GETARG_JSONB_P(2));
+	fs_name_arg(fcinfo, 3, "queue", queue_name);
+
+	route = pstrdup(queue_name);
+	if (rules->nrules == 0)
+		PG_RETURN_TEXT_P(cstring_to_text(route));
+
+	queue = fs_queue_lookup(queue_name, true);
+	if (queue == NULL)
+	{
+		FS_COUNT_GLOBAL(fail_open);
+		PG_RETURN_TEXT_P(cstring_to_text(route));
+	}
+	key.queue_id = queue->queue_id;
+	hashvalue = get_hash_value(fs_tier_hash, &key);
+	lock = &fs_tier_locks[hashvalue % FS_TIER_PARTITIONS].lock;
+	now = fs_now();
+
+	for (;;)
+	{
+		LWLockAcquire(lock, LW_SHARED);
+		entry = hash_search_with_hash_value(fs_tier_hash, &key, hashvalue, HASH_FIND, NULL);
+		if (entry != NULL)
+			break;
+		LWLockRelease(lock);
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = hash_search_with_hash_value(fs_tier_hash, &key, hashvalue,
+											HASH_ENTER_NULL, &found);
+		if (entry != NULL)
+		{
+			if (!found)
+			{
+				memset((char *) entry + sizeof(FsTierKey), 0,
+					   sizeof(FsTierEntry) - sizeof(FsTierKey));
+				SpinLockInit(&entry->mutex);
+			}
+			break;
+		}
+		LWLockRelease(lock);
+		if (evicted)
+		{
+			/* Nothing could be forgotten: the job stays where it is. */
+			FS_COUNT_GLOBAL(fail_open);
+			PG_RETURN_TEXT_P(cstring_to_text(route));
+		}
+		fs_tiers_evict(now);
+		evicted = true;
+	}
+
+	SpinLockAcquire(&entry->mutex);
+	entry->touched_at = now;
+	for (r = 0; r < rules->nrules; r++)
+	{
+		const FsTierRule *rule = &rules->rules[r];
+
+		if (fs_window_count(&entry->windows[r], rule->window_usecs, now, true) > rule->threshold)
+			route = rule->queue;
+	}
+	/* Rules beyond this call's set are not being used any more. */
+	for (; r < FS_TIER_MAX_RULES; r++)
+		entry->windows[r].window_usecs = 0;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(lock);
+
+	PG_RETURN_TEXT_P(cstring_to_text(route));
+}
+
+/* fs_tier_state(): every tier counter of this database's queues. */
+Datum
+fs_tier_state(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo;
+	HASH_SEQ_STATUS seq;
+	FsTierEntry *entry;
+	TimestampTz now;
+	int			i;
+
+	fs_check_loaded();
+	InitMaterializedSRF(fcinfo, 0);
+	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	now = fs_now();
+
+	for (i = 0; i < FS_TIER_PARTITIONS; i++)
+		LWLockAcquire(&fs_tier_locks[i].lock, LW_SHARED);
+	hash_seq_init(&seq, fs_tier_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		FsQueue    *queue = fs_shared->queues[entry->key.queue_id];
+		FsTierEntry copy;
+		int			r;
+
+		if (queue->key.dboid != MyDatabaseId)
+			continue;
+		SpinLockAcquire(&entry->mutex);
+		memcpy(&copy, entry, sizeof(copy));
+		SpinLockRelease(&entry->mutex);
+		for (r = 0; r < FS_TIER_MAX_RULES; r++)
+		{
+			FsTierWindow *w = &copy.windows[r];
+			Datum		values[7];
+			bool		nulls[7] = {false, false, false, false, false, false, false};
+			Interval   *window;
+
+			if (w->window_usecs == 0)
+				continue;
+			window = palloc0(sizeof(Interval));
+			window->time = w->window_usecs;
+			values[0] = CStringGetTextDatum(queue->key.name);
+			values[1] = CStringGetTextDatum(copy.key.tenant);
+			values[2] = CStringGetTextDatum(copy.key.job_class);
+			values[3] = Int32GetDatum(r + 1);
+			values[4] = IntervalPGetDatum(window);
+			values[5] = Float8GetDatum(fs_window_count(w, w->window_usecs, now, false));
+			values[6] = TimestampTzGetDatum(copy.touched_at);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	for (i = FS_TIER_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_tier_locks[i].lock);
+	return (Datum) 0;
+}
