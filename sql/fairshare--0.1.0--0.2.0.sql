@@ -119,6 +119,43 @@ COMMENT ON VIEW fs_decisions IS
 -- Greedy-tenant tiers
 -- ---------------------------------------------------------------------------
 
+-- fs_stats shows the tier table too.
+DROP VIEW fs_stats;
+DROP FUNCTION fs_server_state();
+CREATE FUNCTION fs_server_state(
+    OUT tenants bigint,
+    OUT max_tenants integer,
+    OUT tenant_entry_size integer,
+    OUT tenant_bytes_per_entry integer,
+    OUT leases bigint,
+    OUT max_leases integer,
+    OUT queues integer,
+    OUT max_queues integer,
+    OUT fail_open bigint,
+    OUT evictions bigint,
+    OUT tenant_table_full bigint,
+    OUT queue_table_full bigint,
+    OUT lease_table_full bigint,
+    OUT leases_expired bigint,
+    OUT leases_orphaned bigint,
+    OUT leases_reregistered bigint,
+    OUT tier_keys bigint,
+    OUT max_tier_keys integer,
+    OUT tier_bytes_per_key integer,
+    OUT tier_bytes_per_rule integer,
+    OUT start_kind text,
+    OUT started_at timestamptz,
+    OUT stats_reset timestamptz)
+RETURNS record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_server_state';
+COMMENT ON FUNCTION fs_server_state() IS
+'server-wide figures: table sizes and use (tenants, leases, queues, tier counters), fail-open and eviction counters, how state began; see the fs_stats view';
+CREATE VIEW fs_stats AS SELECT * FROM fs_server_state();
+GRANT SELECT ON fs_stats TO PUBLIC;
+COMMENT ON VIEW fs_stats IS
+'server-wide fairshare figures (all databases): capacity, fail_open, evictions, leases expired and re-registered';
+
 CREATE FUNCTION fs_route_enqueue(
     tenant    text,
     job_class text,

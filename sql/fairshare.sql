@@ -197,6 +197,10 @@ CREATE FUNCTION fs_server_state(
     OUT leases_expired bigint,
     OUT leases_orphaned bigint,
     OUT leases_reregistered bigint,
+    OUT tier_keys bigint,
+    OUT max_tier_keys integer,
+    OUT tier_bytes_per_key integer,
+    OUT tier_bytes_per_rule integer,
     OUT start_kind text,
     OUT started_at timestamptz,
     OUT stats_reset timestamptz)
@@ -204,7 +208,7 @@ RETURNS record
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_server_state';
 COMMENT ON FUNCTION fs_server_state() IS
-'server-wide figures: table sizes and use, fail-open and eviction counters, how state began; see the fs_stats view';
+'server-wide figures: table sizes and use (tenants, leases, queues, tier counters), fail-open and eviction counters, how state began; see the fs_stats view';
 
 CREATE VIEW fs_stats AS SELECT * FROM fs_server_state();
 GRANT SELECT ON fs_stats TO PUBLIC;

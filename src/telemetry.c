@@ -30,6 +30,7 @@
 #include "shmem.h"
 #include "slots.h"
 #include "telemetry.h"
+#include "tiers.h"
 
 PG_FUNCTION_INFO_V1(fs_tenant_state);
 PG_FUNCTION_INFO_V1(fs_lease_state);
@@ -270,6 +271,10 @@ fs_server_state(PG_FUNCTION_ARGS)
 	values[i++] = Int64GetDatum((int64) stats.leases_expired);
 	values[i++] = Int64GetDatum((int64) stats.leases_orphaned);
 	values[i++] = Int64GetDatum((int64) stats.leases_reregistered);
+	values[i++] = Int64GetDatum(fs_tier_count());
+	values[i++] = Int32GetDatum(fs_max_tier_keys);
+	values[i++] = Int32GetDatum((int32) fs_tier_bytes_per_key());
+	values[i++] = Int32GetDatum((int32) fs_tier_bytes_per_rule());
 	values[i++] = CStringGetTextDatum(fs_start_kind_name(fs_shared->start_kind));
 	values[i++] = TimestampTzGetDatum(fs_shared->started_at);
 	values[i++] = TimestampTzGetDatum(stats.reset_at);

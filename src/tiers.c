@@ -162,6 +162,26 @@ fs_tiers_shmem_init(void)
 								 HASH_PARTITION | HASH_FIXED_SIZE);
 }
 
+/* Shared memory per (queue, tenant, job class), all overhead included. */
+Size
+fs_tier_bytes_per_key(void)
+{
+	return hash_estimate_size(fs_max_tier_keys, sizeof(FsTierEntry)) / fs_max_tier_keys;
+}
+
+/* ... of which each rule's sliding window takes this much, whatever the traffic. */
+Size
+fs_tier_bytes_per_rule(void)
+{
+	return sizeof(FsTierWindow);
+}
+
+long
+fs_tier_count(void)
+{
+	return hash_get_num_entries(fs_tier_hash);
+}
+
 /* ----------------------------------------------------------------
  * Rules
  * ----------------------------------------------------------------

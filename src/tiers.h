@@ -18,6 +18,9 @@
 extern int	fs_max_tier_keys;
 
 extern void fs_tiers_init(void);
+extern long fs_tier_count(void);
+extern Size fs_tier_bytes_per_key(void);
+extern Size fs_tier_bytes_per_rule(void);
 extern Size fs_tiers_shmem_size(void);
 extern void fs_tiers_shmem_init(void);
 
