@@ -28,7 +28,8 @@ PG_CONFIG  ?= pg_config
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/src
 PG_CFLAGS   = -Wall -Wextra -Werror -Wshadow=compatible-local -Wformat=2 -Wno-format-nonliteral
 
-EXTRA_CLEAN = results regression.diffs regression.out tmp_check tmp_install log
+EXTRA_CLEAN = results regression.diffs regression.out tmp_check tmp_install log \
+              META.json $(EXTENSION)-*.zip
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -39,6 +40,16 @@ $(OBJS): $(wildcard src/*.h)
 
 $(DATA_built): sql/$(EXTENSION).sql $(EXTENSION).control
 	cp $< $@
+
+# PGXN metadata, with the version from fairshare.control.
+META.json: META.json.in $(EXTENSION).control
+	sed 's/@VERSION@/$(EXTVERSION)/g' $< > $@
+
+# A release archive for PGXN: the committed tree plus META.json.
+.PHONY: dist
+dist: META.json
+	git archive --format=zip --prefix=$(EXTENSION)-$(EXTVERSION)/ --add-file=META.json \
+		-o $(EXTENSION)-$(EXTVERSION).zip HEAD
 
 .PHONY: print-version
 print-version:

@@ -85,6 +85,8 @@ bench_report() {
 		echo "|---|---|---|---|---|---|"
 		printf '%s\n' "${BENCH_ROWS[@]}" | awk -F'|' '{ printf "|"; for (i = 1; i <= NF; i++) printf " %s |", $i; printf "\n" }'
 	} > "$file"
+	# The same rows, tab-separated, for bench/run's summary.
+	printf '%s\n' "${BENCH_ROWS[@]}" | tr '|' '\t' > "$BENCH_RESULTS/$name.tsv"
 	echo
 	echo "written to ${file#$FS_ROOT/}"
 }
