@@ -47,6 +47,16 @@ SELECT fs_spend_tokens('b_a', 1, 1, 'b_q'),
 SELECT fs_set_limit('b_z', 'b_q', budget_ms_per_minute => 0);
 SELECT fs_spend_tokens('b_z', 1, 1, 'b_q') AS zero_budget;
 
+-- Debt is bounded to a day of budget; one charge to a day of work.
+SELECT fs_set_limit('b_d', 'b_q', budget_ms_per_minute => 10);
+SELECT fs_charge_tokens('b_d', 86400000, 'b_q') AS balance;   -- 10 - 86,400,000, kept at -14,400
+SELECT fs_charge_tokens('b_d', 86400000, 'b_q') AS balance;   -- stays at the bound
+SELECT t(700 + 86400);
+SELECT fs_spend_tokens('b_d', 1, 10, 'b_q') AS repaid_to_zero_after_a_day;
+SELECT t(700 + 86460);
+SELECT fs_spend_tokens('b_d', 1, 10, 'b_q') AS a_minute_later;
+SELECT t(700);
+
 -- No budget: everything is granted, nothing is counted down.
 SELECT fs_spend_tokens('b_free', 1000000, 1000, 'b_q') AS unlimited;
 SELECT fs_charge_tokens('b_free', 123, 'b_q') AS no_balance;
@@ -105,6 +115,7 @@ SELECT fs_charge_tokens('b_x', 'NaN');
 SELECT fs_charge_tokens('b_x', 'Infinity');
 SELECT fs_charge_tokens('b_x', '-Infinity');
 SELECT fs_charge_tokens('b_x', -1);
+SELECT fs_charge_tokens('b_x', 86400001);
 SELECT count(*) AS entries_for_bad_input FROM fs_tenants WHERE tenant = 'b_x';
 
 RESET fairshare.debug_clock;

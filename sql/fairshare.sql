@@ -194,6 +194,7 @@ CREATE FUNCTION fs_server_state(
     OUT tenant_table_full bigint,
     OUT queue_table_full bigint,
     OUT lease_table_full bigint,
+    OUT limits_unreadable bigint,
     OUT leases_expired bigint,
     OUT leases_orphaned bigint,
     OUT leases_reregistered bigint,

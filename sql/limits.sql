@@ -71,6 +71,39 @@ TRUNCATE fs_limits;
 SELECT max_slots FROM fs_effective_limits('lim_f', 'lim_rb');
 SELECT fs_acquire_slot('lim_f', 'lim_rb') IS NULL AS denied_after_truncate;
 
+-- A caller's search_path cannot change how limits are looked up: an
+-- operator = (text, text) that says "always equal" is not used.
+SELECT fs_set_limit('lim_big', 'lim_sp', max_slots => 500);
+CREATE SCHEMA lim_evil;
+CREATE FUNCTION lim_evil.always(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE OPERATOR lim_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = lim_evil.always);
+SET search_path = lim_evil, pg_catalog, public;
+SELECT fs_acquire_slot('lim_small', 'lim_sp') IS NOT NULL AS first;
+SELECT fs_acquire_slot('lim_small', 'lim_sp') IS NULL AS second_denied;
+RESET search_path;
+SELECT max_slots FROM fs_tenants WHERE queue = 'lim_sp' AND tenant = 'lim_small';
+DROP SCHEMA lim_evil CASCADE;
+
+-- Limits cannot be changed by a prepared transaction (its commit could not
+-- publish them).
+BEGIN;
+SELECT fs_set_limit('lim_p', max_slots => 5);
+PREPARE TRANSACTION 'fs_limits';
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+
+-- When fs_limits cannot be read, decisions fail open (with a warning),
+-- never fail the caller.
+CREATE ROLE lim_reader;
+REVOKE SELECT ON fs_limits FROM PUBLIC;
+SET ROLE lim_reader;
+SELECT fs_acquire_slot('lim_unreadable', 'lim_ro') IS NOT NULL AS granted;
+SELECT fs_acquire_slot('lim_unreadable', 'lim_ro') IS NOT NULL AS granted_again;
+RESET ROLE;
+GRANT SELECT ON fs_limits TO PUBLIC;
+DROP ROLE lim_reader;
+SELECT count(*) AS entries FROM fs_tenants WHERE queue = 'lim_ro';
+SELECT limits_unreadable >= 2 AS counted FROM fs_stats;
+
 -- Errors: each says what is wrong and what to do.
 \set VERBOSITY default
 SELECT fs_set_limit(NULL);
@@ -100,3 +133,4 @@ SELECT * FROM fs_effective_limits('lim_x', NULL);
 SELECT queue, tenant, max_slots, min_slots FROM fs_limits ORDER BY 1, 2;
 TRUNCATE fs_limits;
 SELECT fs_release_slot(lease_id) FROM fs_leases WHERE queue = 'lim_rb' AND state = 'live';
+SELECT fs_release_slot(lease_id) FROM fs_leases WHERE queue = 'lim_sp' AND state = 'live';

@@ -91,6 +91,34 @@ SELECT fs_acquire_slot('s_f', 's_q') IS NOT NULL AS next_granted;
 ROLLBACK;
 SELECT lease_id = :lease_f2 AS old_lease_back, state FROM fs_leases WHERE queue = 's_q' AND tenant = 's_f';
 SELECT slots_in_use FROM fs_tenants WHERE queue = 's_q' AND tenant = 's_f';
+-- A handed-over lease that expires (or is released) before the transaction
+-- ends gives back its own slot; the released one is still counted after a
+-- rollback, and freed after a commit.  Counts stay exact either way.
+SELECT fs_set_limit('s_k', 's_q', max_slots => 1);
+SELECT set_config('fairshare.debug_clock', '1893456000', false) IS NOT NULL AS clock_set;
+SELECT fs_acquire_slot('s_k', 's_q', '1 hour') AS lease_k \gset
+BEGIN;
+SELECT fs_release_slot(:lease_k) AS released;
+SELECT fs_acquire_slot('s_k', 's_q', '1 second') AS lease_k2 \gset
+SELECT slots_in_use FROM fs_tenants WHERE queue = 's_q' AND tenant = 's_k';
+SELECT set_config('fairshare.debug_clock', '1893456002', false) IS NOT NULL AS plus_2s;
+SELECT fs_release_slot(:lease_k2) AS expired_one_released;
+ROLLBACK;
+SELECT state, slots_in_use FROM fs_leases JOIN fs_tenants USING (queue, tenant)
+ WHERE queue = 's_q' AND tenant = 's_k';
+SELECT fs_acquire_slot('s_k', 's_q') IS NULL AS still_at_the_limit;
+BEGIN;
+SELECT fs_release_slot(:lease_k) AS released;
+SAVEPOINT sp;
+SELECT fs_acquire_slot('s_k', 's_q', '1 second') IS NOT NULL AS taken_over;
+SELECT set_config('fairshare.debug_clock', '1893456004', false) IS NOT NULL AS plus_4s;
+SELECT fs_renew_slot(lease_id) AS renewed_expired FROM fs_leases WHERE queue = 's_q' AND tenant = 's_k' AND state = 'live';
+ROLLBACK TO SAVEPOINT sp;
+COMMIT;
+SELECT count(*) AS leases, (SELECT slots_in_use FROM fs_tenants WHERE queue = 's_q' AND tenant = 's_k') AS slots_in_use
+  FROM fs_leases WHERE queue = 's_q' AND tenant = 's_k';
+RESET fairshare.debug_clock;
+
 -- Acquired and released in the same transaction: freed at once.
 BEGIN;
 SELECT fs_release_slot(fs_acquire_slot('s_h', 's_q')) AS released;

@@ -6,6 +6,9 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS fairshare;
 RESET client_min_messages;
 
+-- Counters from here on (earlier tests share the server).
+SELECT fs_reset();
+
 -- A scripted sequence and the counters it leaves.
 SELECT fs_set_limit('t_a', 't_q', max_slots => 2, min_slots => 1, weight => 3);
 SELECT fs_acquire_slot('t_a', 't_q') AS l1 \gset

@@ -52,7 +52,8 @@ fs_budget_accrue(FsTenant *entry, TimestampTz now)
 	if (cap < 0)
 		return;
 	elapsed_minutes = (float8) (now - entry->touched_at) / (float8) USECS_PER_MINUTE;
-	entry->token_balance = Min(cap, entry->token_balance + elapsed_minutes * cap);
+	entry->token_balance = Max(-FS_BUDGET_MAX_DEBT_MINUTES * cap,
+							   Min(cap, entry->token_balance + elapsed_minutes * cap));
 }
 
 /* Would the bucket be full at `now`?  Entry spinlock held. */
@@ -74,21 +75,6 @@ fs_budget_state_lost(TimestampTz now)
 {
 	return fs_shared->start_kind == FS_START_AFTER_CRASH &&
 		now - fs_shared->started_at < FS_BUDGET_LOST_USECS;
-}
-
-/*
- * Take cost_ms from a touched entry's bucket if it holds that much.  Entry
- * spinlock held.  A tenant without a budget can always pay.
- */
-bool
-fs_budget_take(FsTenant *entry, float8 cost_ms)
-{
-	if (entry->budget_ms_per_minute < 0)
-		return true;
-	if (entry->token_balance < cost_ms)
-		return false;
-	entry->token_balance -= cost_ms;
-	return true;
 }
 
 /* ----------------------------------------------------------------
@@ -228,25 +214,37 @@ fs_budget_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		fs_refunds_settle(true, mySubid);
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
-		/* What the subtransaction took now belongs to its parent. */
+		/*
+		 * What the subtransaction took now belongs to its parent.  Collect
+		 * first, then re-key: no insertion while the table is scanned.
+		 */
+		FsRefund   *moved = palloc(sizeof(FsRefund) * refund_count);
+		long		nmoved = 0;
+		long		i;
+
 		hash_seq_init(&seq, refunds);
 		while ((refund = hash_seq_search(&seq)) != NULL)
 		{
 			if (refund->key.subid == mySubid)
-			{
-				FsRefundKey key = refund->key;
-				float8		tokens = refund->tokens;
-				FsRefund   *parent;
-				bool		found;
-
-				hash_search(refunds, &key, HASH_REMOVE, NULL);
-				key.subid = parentSubid;
-				parent = hash_search(refunds, &key, HASH_ENTER, &found);
-				parent->tokens = (found ? parent->tokens : 0) + tokens;
-				if (found)
-					refund_count--;
-			}
+				moved[nmoved++] = *refund;
 		}
+		for (i = 0; i < nmoved; i++)
+		{
+			FsRefund   *parent;
+			bool		found;
+
+			hash_search(refunds, &moved[i].key, HASH_REMOVE, NULL);
+			moved[i].key.subid = parentSubid;
+			parent = hash_search(refunds, &moved[i].key, HASH_ENTER, &found);
+			if (found)
+			{
+				parent->tokens += moved[i].tokens;
+				refund_count--;
+			}
+			else
+				parent->tokens = moved[i].tokens;
+		}
+		pfree(moved);
 	}
 }
 
@@ -414,8 +412,13 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 	if (isnan(used_ms) || isinf(used_ms) || used_ms < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("used_ms must be a finite number of milliseconds, zero or more, got %g", used_ms),
+				 errmsg("used_ms must be a finite number of milliseconds, zero or more, got %s", fs_float_text(used_ms)),
 				 errhint("Pass the milliseconds of worker time used since the last charge.")));
+	if (used_ms > FS_BUDGET_MAX_CHARGE_MS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("used_ms must be at most a day (86400000 ms), got %s", fs_float_text(used_ms)),
+				 errhint("Charge in milliseconds, as the work runs (for example once a second).")));
 	fs_name_arg(fcinfo, 2, "queue", queue_name);
 
 	now = fs_now();
@@ -441,8 +444,9 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 	if (entry->budget_ms_per_minute >= 0)
 	{
 		d.tokens_before = entry->token_balance;
-		entry->token_balance -= used_ms;
-		d.tokens_consumed = used_ms;
+		entry->token_balance = Max(entry->token_balance - used_ms,
+								   -FS_BUDGET_MAX_DEBT_MINUTES * entry->budget_ms_per_minute);
+		d.tokens_consumed = d.tokens_before - entry->token_balance;
 		d.balance_after = entry->token_balance;
 	}
 	SpinLockRelease(&entry->mutex);
@@ -451,6 +455,7 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 	fs_decision_log(&d);
 	if (isnan(d.balance_after))
 		PG_RETURN_NULL();
-	fs_budget_refund_at_abort(queue, tenant, used_ms);
+	/* Refund only what was taken: the debt bound may have kept some. */
+	fs_budget_refund_at_abort(queue, tenant, d.tokens_consumed);
 	PG_RETURN_FLOAT8(d.balance_after);
 }

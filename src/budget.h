@@ -18,11 +18,18 @@
  */
 #define FS_BUDGET_LOST_USECS	USECS_PER_MINUTE
 
+/*
+ * Debt is bounded to a day of budget (1,440 minutes of accrual): long work
+ * is paid for, but a mistake (microseconds passed as milliseconds) cannot
+ * lock a tenant out for years.  One charge is at most a day of worker time.
+ */
+#define FS_BUDGET_MAX_DEBT_MINUTES	1440.0
+#define FS_BUDGET_MAX_CHARGE_MS		(24.0 * 60 * 60 * 1000)
+
 extern void fs_budget_init(void);
 extern void fs_budget_accrue(FsTenant *entry, TimestampTz now);
 extern bool fs_budget_is_full(const FsTenant *entry, TimestampTz now);
 extern bool fs_budget_state_lost(TimestampTz now);
-extern bool fs_budget_take(FsTenant *entry, float8 cost_ms);
 extern void fs_budget_refund_at_abort(FsQueue *queue, const char *tenant, float8 tokens);
 
 #endif							/* FAIRSHARE_BUDGET_H */

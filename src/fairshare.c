@@ -48,7 +48,7 @@ const char *const fs_reason_names[FS_NUM_REASONS] = {
 
 int			fs_max_tenants = 10000;
 int			fs_max_leases = 16384;
-int			fs_max_queues = 64;
+int			fs_max_queues = 1024;
 bool		fs_save_state = true;
 double		fs_debug_clock = 0;
 
@@ -83,9 +83,9 @@ _PG_init(void)
 
 	DefineCustomIntVariable("fairshare.max_queues",
 							"Maximum number of queues, over all databases.",
-							NULL,
+							"Queues are kept until the server restarts; decisions for new queues fail open when the table is full.",
 							&fs_max_queues,
-							64, 1, 100000,
+							1024, 1, 100000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 
@@ -214,4 +214,11 @@ fs_interval_usecs(FunctionCallInfo fcinfo, int argno, const char *what)
 															IntervalPGetDatum(interval)))),
 				 errhint("Renew a lease with fs_renew_slot() while the work runs instead of taking a long one.")));
 	return (int64) usecs;
+}
+
+/* A float8 as PostgreSQL prints it (exact, "NaN", "Infinity"), for messages. */
+char *
+fs_float_text(float8 value)
+{
+	return DatumGetCString(DirectFunctionCall1(float8out, Float8GetDatum(value)));
 }

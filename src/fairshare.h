@@ -72,5 +72,6 @@ extern TimestampTz fs_now(void);
 extern void fs_text_name(text *arg, const char *what, char *buf);
 extern void fs_name_arg(FunctionCallInfo fcinfo, int argno, const char *what, char *buf);
 extern int64 fs_interval_usecs(FunctionCallInfo fcinfo, int argno, const char *what);
+extern char *fs_float_text(float8 value);
 
 #endif							/* FAIRSHARE_H */

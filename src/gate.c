@@ -338,6 +338,7 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
 	TimestampTz now;
 	bool		found;
 
+	worker = NULL;
 	fs_check_loaded();
 	memset(&key, 0, sizeof(key));
 	fs_name_arg(fcinfo, 0, "worker", key.worker);
@@ -438,6 +439,9 @@ fs_worker_state(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo;
 	HASH_SEQ_STATUS seq;
 	FsWorker   *worker;
+	FsWorker   *copies;
+	long		ncopies = 0;
+	long		i;
 	TimestampTz now;
 
 	fs_check_loaded();
@@ -445,24 +449,30 @@ fs_worker_state(PG_FUNCTION_ARGS)
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	now = fs_now();
 
+	/* Copy under the lock; build tuples (and look up queues) after it. */
+	copies = palloc_extended(sizeof(FsWorker) * fs_max_workers, MCXT_ALLOC_HUGE);
 	LWLockAcquire(fs_shared->workers_lock, LW_SHARED);
 	hash_seq_init(&seq, fs_worker_hash);
 	while ((worker = hash_seq_search(&seq)) != NULL)
+		if (ncopies < fs_max_workers)
+			copies[ncopies++] = *worker;
+	LWLockRelease(fs_shared->workers_lock);
+
+	for (i = 0; i < ncopies; i++)
 	{
-		FsQueue    *queue = fs_queue_by_id(worker->key.queue_id);
+		FsQueue    *queue = fs_queue_by_id(copies[i].key.queue_id);
 		Datum		values[5];
 		bool		nulls[5] = {false, false, false, false, false};
 
 		if (queue == NULL || queue->key.dboid != MyDatabaseId)
 			continue;
 		values[0] = CStringGetTextDatum(queue->key.name);
-		values[1] = CStringGetTextDatum(worker->key.worker);
-		values[2] = Int32GetDatum(worker->threads);
-		values[3] = TimestampTzGetDatum(worker->last_heartbeat);
-		values[4] = BoolGetDatum(fs_worker_is_live(worker, now));
+		values[1] = CStringGetTextDatum(copies[i].key.worker);
+		values[2] = Int32GetDatum(copies[i].threads);
+		values[3] = TimestampTzGetDatum(copies[i].last_heartbeat);
+		values[4] = BoolGetDatum(fs_worker_is_live(&copies[i], now));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	LWLockRelease(fs_shared->workers_lock);
 	return (Datum) 0;
 }
 

@@ -82,6 +82,9 @@
 /* Entries evicted by one pass, as a share of the table (at least one). */
 #define FS_EVICT_FRACTION	0.05
 
+/* After a pass that found nothing idle, fail open for this long instead. */
+#define FS_EVICT_BACKOFF_USECS	(USECS_PER_SEC)
+
 FsShared   *fs_shared = NULL;
 static HTAB *fs_queue_hash = NULL;
 static HTAB *fs_tenant_hash = NULL;
@@ -194,6 +197,7 @@ fs_shmem_startup_hook(void)
 		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS].lock;
 		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
 		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);
+		pg_atomic_init_u64(&fs_shared->evict_not_before, 0);
 		SpinLockInit(&fs_shared->stats_mutex);
 		fs_shared->started_at = GetCurrentTimestamp();
 		fs_shared->stats.reset_at = fs_shared->started_at;
@@ -442,8 +446,13 @@ fs_evict_candidate_cmp(const void *a, const void *b)
 
 /*
  * Evict the least recently used idle entries (FS_EVICT_FRACTION of the
- * table).  Returns how many were evicted.  The candidate array is allocated
- * before any lock is taken.
+ * table).  Returns how many were evicted.
+ *
+ * This runs on a decision's path, so it must neither fail nor make
+ * decisions queue up behind it: the work array is allocated without
+ * failing on memory before any lock is taken, only one backend evicts at a
+ * time (the others fail open meanwhile), and after a pass that found nothing
+ * idle, no new pass starts for FS_EVICT_BACKOFF_USECS.
  */
 static int
 fs_tenant_evict(TimestampTz now)
@@ -456,10 +465,19 @@ fs_tenant_evict(TimestampTz now)
 	int			evicted = 0;
 	int			i;
 
-	candidates = palloc(sizeof(FsEvictCandidate) * fs_max_tenants);
+	if (now < (TimestampTz) pg_atomic_read_u64(&fs_shared->evict_not_before))
+		return 0;
+	candidates = palloc_extended(sizeof(FsEvictCandidate) * fs_max_tenants,
+								 MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+	if (candidates == NULL)
+		return 0;
+	if (!LWLockConditionalAcquire(fs_shared->evict_lock, LW_EXCLUSIVE))
+	{
+		pfree(candidates);
+		return 0;
+	}
 	want = Max(1, (int) (fs_max_tenants * FS_EVICT_FRACTION));
 
-	LWLockAcquire(fs_shared->evict_lock, LW_EXCLUSIVE);
 	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
 		LWLockAcquire(&fs_shared->tenant_locks[i], LW_EXCLUSIVE);
 
@@ -485,13 +503,21 @@ fs_tenant_evict(TimestampTz now)
 	for (i = 0; i < ncandidates && evicted < want; i++)
 	{
 		FsTenantKey key = candidates[i].entry->key;
+		FsQueue    *queue = fs_shared->queues[key.queue_id];
 
 		if (hash_search(fs_tenant_hash, &key, HASH_REMOVE, NULL) != NULL)
+		{
 			evicted++;
+			SpinLockAcquire(&queue->mutex);
+			queue->tenants--;
+			SpinLockRelease(&queue->mutex);
+		}
 	}
 
 	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
 		LWLockRelease(&fs_shared->tenant_locks[i]);
+	if (evicted == 0)
+		pg_atomic_write_u64(&fs_shared->evict_not_before, (uint64) (now + FS_EVICT_BACKOFF_USECS));
 	LWLockRelease(fs_shared->evict_lock);
 
 	pfree(candidates);
@@ -516,8 +542,9 @@ fs_tenant_partition_lock(uint32 hashvalue)
  * with fs_tenant_close()) and ref->limits holds the limits to decide with.
  *
  * Returns NULL, holding nothing, when the entry does not exist and
- * FS_OPEN_CREATE is not given, or when the table is full and nothing can be
- * evicted (counted: the caller fails open).  With FS_OPEN_NO_LIMITS the
+ * FS_OPEN_CREATE is not given, when the table is full and nothing can be
+ * evicted, or when fs_limits cannot be read (both counted: the caller fails
+ * open).  With FS_OPEN_NO_LIMITS the
  * cached limits are used even if stale: for callers that may not run SPI
  * (transaction-end callbacks).
  *
@@ -541,7 +568,6 @@ fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
 	fs_tenant_key_init(&key, queue->queue_id, tenant);
 	hashvalue = get_hash_value(fs_tenant_hash, &key);
 	lock = fs_tenant_partition_lock(hashvalue);
-	ref->created = false;
 
 	for (;;)
 	{
@@ -573,7 +599,6 @@ fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
 				SpinLockAcquire(&queue->mutex);
 				queue->tenants++;
 				SpinLockRelease(&queue->mutex);
-				ref->created = true;
 			}
 		}
 		if (entry == NULL)
@@ -591,7 +616,12 @@ fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
 		{
 			SpinLockRelease(&entry->mutex);
 			LWLockRelease(lock);
-			fs_limits_resolve(queue, tenant, &ref->limits, &generation);
+			if (!fs_limits_resolve(queue, tenant, &ref->limits, &generation))
+			{
+				/* Limits unreadable: the caller fails open. */
+				FS_COUNT_GLOBAL(limits_unreadable);
+				return NULL;
+			}
 			resolved = true;
 			continue;
 		}
@@ -639,8 +669,8 @@ fs_tenant_insert_unlocked(const FsTenantKey *key)
  * Call `visitor` with a copy of every tenant entry (taken under its
  * spinlock).  Every partition lock is held in shared mode meanwhile: that
  * keeps new tenants from being added during the scan but never blocks a
- * decision for an existing one.  The visitor may palloc (LWLocks are
- * released if it errors) but must not take fairshare locks.
+ * decision for an existing one.  The visitor must be quick and must not
+ * fail, block or take fairshare locks: copy, and do the work afterwards.
  */
 void
 fs_tenant_foreach(fs_tenant_visitor visitor, void *arg)

@@ -112,6 +112,7 @@ typedef struct FsGlobalStats
 	uint64		evictions;		/* idle tenant entries evicted */
 	uint64		eviction_passes;
 	uint64		tenant_table_full;	/* lookups that found no free entry */
+	uint64		limits_unreadable;	/* decisions made without fs_limits */
 	uint64		queue_table_full;
 	uint64		lease_table_full;
 	uint64		leases_expired;
@@ -138,10 +139,10 @@ typedef struct FsShared
 
 	pg_atomic_uint32 limits_generation; /* bumped when fs_limits commits */
 	pg_atomic_uint64 next_lease_id;
+	pg_atomic_uint64 evict_not_before;	/* no eviction pass before this time */
 
 	FsStartKind start_kind;
 	TimestampTz started_at;
-	int64		first_lease_id; /* of this run: older ids predate it */
 
 	slock_t		stats_mutex;
 	FsGlobalStats stats;
@@ -161,7 +162,6 @@ typedef struct FsTenantRef
 	FsTenant   *entry;
 	LWLock	   *partition_lock;
 	FsLimits	limits;
-	bool		created;
 } FsTenantRef;
 
 typedef void (*fs_tenant_visitor) (const FsTenant *copy, void *arg);

@@ -18,8 +18,11 @@
  *	- Any other release takes effect at commit; until then the lease is
  *	  RELEASING (nobody else can release or renew it), and an abort makes it
  *	  live again.  An acquire for the same tenant later in that transaction
- *	  takes over the slot being released, so "finish one job, claim the next"
- *	  in one transaction needs no spare slot.
+ *	  takes over the slot being released (it is granted even at the
+ *	  ceiling), so "finish one job, claim the next" in one transaction needs
+ *	  no spare slot.  Both leases hold a counted slot until the transaction
+ *	  ends: every live or releasing lease owns exactly one, which also pins
+ *	  its tenant entry.
  *
  * Backend-local records of what this transaction did to leases drive the
  * commit and abort work; the shared lease table is the truth.
@@ -76,11 +79,14 @@ static int	local_count = 0;
 static int	local_capacity = 0;
 static int	local_pending_slots = 0;	/* RELEASING records not handed over */
 
+/*
+ * Make sure one more record fits, before shared state changes: pushing the
+ * record afterwards must not fail (an error then would leave a counted slot
+ * that this transaction's abort does not know to return).
+ */
 static void
-fs_local_push(int64 lease_id, FsTenant *tenant, FsLocalKind kind, int took_over)
+fs_local_reserve(void)
 {
-	FsLocalLease *rec;
-
 	if (local_count == local_capacity)
 	{
 		int			newcap = local_capacity == 0 ? 16 : local_capacity * 2;
@@ -92,6 +98,15 @@ fs_local_push(int64 lease_id, FsTenant *tenant, FsLocalKind kind, int took_over)
 			local_leases = repalloc(local_leases, newcap * sizeof(FsLocalLease));
 		local_capacity = newcap;
 	}
+}
+
+/* Add a record; fs_local_reserve() has made room for it. */
+static void
+fs_local_push(int64 lease_id, FsTenant *tenant, FsLocalKind kind, int took_over)
+{
+	FsLocalLease *rec;
+
+	Assert(local_count < local_capacity);
 	rec = &local_leases[local_count++];
 	rec->lease_id = lease_id;
 	rec->tenant = tenant;
@@ -214,10 +229,70 @@ fs_tenant_note_expiry(FsTenant *tenant, TimestampTz expires_at)
  */
 
 /*
+ * Insert a live lease for `entry` (whose slot the caller has counted) under
+ * a fresh id, sweeping expired leases once if the table is full.  Returns
+ * NULL, with *lease_id set to an untracked id, when there is no room.
+ */
+static FsLease *
+fs_lease_insert(FsTenant *entry, TimestampTz now, TimestampTz expires_at, int64 *lease_id)
+{
+	FsLease    *lease = NULL;
+	bool		found = true;
+	bool		swept = false;
+
+	while (lease == NULL || found)
+	{
+		uint32		hashvalue;
+		LWLock	   *lock;
+
+		*lease_id = (int64) pg_atomic_fetch_add_u64(&fs_shared->next_lease_id, 1);
+		hashvalue = get_hash_value(fs_lease_hash, lease_id);
+		lock = fs_lease_lock(hashvalue);
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		lease = hash_search_with_hash_value(fs_lease_hash, lease_id, hashvalue,
+											HASH_ENTER_NULL, &found);
+		if (lease != NULL && !found)
+		{
+			lease->tenant = entry;
+			lease->acquired_at = now;
+			lease->expires_at = expires_at;
+			lease->holder_pid = MyProcPid;
+			lease->state = FS_LEASE_LIVE;
+
+			/*
+			 * A sweep that ran between counting the slot and now recomputed
+			 * the tenant's earliest expiry without this lease: note it again,
+			 * under this lease's lock, which every sweep must take.
+			 */
+			fs_tenant_note_expiry(entry, expires_at);
+		}
+		LWLockRelease(lock);
+
+		/*
+		 * found: the id is taken (a lease restored from before a crash whose
+		 * id came round again); draw another.
+		 */
+		if (lease == NULL)
+		{
+			if (swept)
+				return NULL;
+			fs_sweep_expired_leases(now);
+			swept = true;
+		}
+	}
+	return lease;
+}
+
+/*
  * Decide whether `tenant` of `queue` may take a slot, and take it.  On a
  * grant, decision->lease_id is the new lease; on a denial it is 0 and
  * decision->reason says why.  When state cannot be kept (a table is full)
  * the slot is granted anyway with reason fail_open and an untracked lease id.
+ *
+ * Every live or releasing lease owns one counted slot, which also pins its
+ * tenant entry.  Taking over the slot of a lease this transaction is
+ * releasing only skips the ceiling check: the tenant counts both until the
+ * transaction ends, as both leases exist until then.
  */
 void
 fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
@@ -235,16 +310,16 @@ fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
 	int32		ceiling;
 	FsReason	deny_reason;
 	int64		lease_id;
-	uint32		hashvalue;
-	LWLock	   *lock;
 	FsLease    *lease;
-	bool		found;
 
 	decision->lease_id = 0;
 	decision->slots_in_use = 0;
 	decision->ceiling = 0;
 	fs_decision_init(&d, FS_DECISION_SLOT, tenant, now);
 	d.requested = 1;
+
+	/* Nothing may fail once a slot is counted: make room for the record now. */
+	fs_local_reserve();
 
 	if (queue == NULL)
 		goto fail_open;
@@ -262,32 +337,24 @@ retry:
 
 	SpinLockAcquire(&entry->mutex);
 	fs_tenant_touch(entry, now);
-	if (pending >= 0)
-		granted = true;			/* take over the slot this xact releases */
-	else if (entry->slots_in_use < ceiling)
-	{
-		entry->slots_in_use++;
-		granted = true;
-	}
-	else
-	{
-		granted = false;
-		need_sweep = entry->earliest_expiry <= now && !swept;
-	}
-	d.runs_possible = Max(ceiling - entry->slots_in_use, 0) + (granted ? 1 : 0);
+	granted = pending >= 0 || entry->slots_in_use < ceiling;
 	if (granted)
 	{
+		entry->slots_in_use++;
 		if (expires_at < entry->earliest_expiry)
 			entry->earliest_expiry = expires_at;
 		entry->decisions[FS_REASON_GRANTED]++;
 	}
-	else if (!need_sweep)
-		entry->decisions[deny_reason]++;
+	else
+	{
+		need_sweep = entry->earliest_expiry <= now && !swept;
+		if (!need_sweep)
+			entry->decisions[deny_reason]++;
+	}
+	d.runs_possible = Max(ceiling - entry->slots_in_use + (granted ? 1 : 0), 0);
 	decision->slots_in_use = entry->slots_in_use;
 	SpinLockRelease(&entry->mutex);
 	fs_tenant_close(&ref);
-	if (granted && pending < 0)
-		pg_atomic_fetch_add_u32(&queue->slots_in_use, 1);
 
 	decision->ceiling = ceiling;
 	if (!granted)
@@ -304,42 +371,17 @@ retry:
 		fs_decision_log(&d);
 		return;
 	}
+	pg_atomic_fetch_add_u32(&queue->slots_in_use, 1);
 
-	/* The slot is ours (and pins the entry).  Record the lease. */
-	lease_id = (int64) pg_atomic_fetch_add_u64(&fs_shared->next_lease_id, 1);
-	hashvalue = get_hash_value(fs_lease_hash, &lease_id);
-	lock = fs_lease_lock(hashvalue);
-
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
-										HASH_ENTER_NULL, &found);
-	if (lease == NULL)
-	{
-		/* Full: free expired leases once, then try again. */
-		LWLockRelease(lock);
-		fs_sweep_expired_leases(now);
-		LWLockAcquire(lock, LW_EXCLUSIVE);
-		lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
-											HASH_ENTER_NULL, &found);
-	}
-	if (lease != NULL)
-	{
-		lease->tenant = entry;
-		lease->acquired_at = now;
-		lease->expires_at = expires_at;
-		lease->holder_pid = MyProcPid;
-		lease->state = FS_LEASE_LIVE;
-	}
-	LWLockRelease(lock);
-
+	/* The slot is ours and pins the entry.  Record the lease. */
+	lease = fs_lease_insert(entry, now, expires_at, &lease_id);
 	if (lease == NULL)
 	{
 		/* No room to track it: give the slot back and fail open. */
 		SpinLockAcquire(&entry->mutex);
 		entry->decisions[FS_REASON_GRANTED]--;
 		SpinLockRelease(&entry->mutex);
-		if (pending < 0)
-			fs_tenant_slot_free(entry, false);
+		fs_tenant_slot_free(entry, false);
 		FS_COUNT_GLOBAL(lease_table_full);
 		decision->lease_id = lease_id;
 		decision->reason = FS_REASON_FAIL_OPEN;
@@ -414,6 +456,7 @@ fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs)
 	int			acquired;
 
 	*held_usecs = 0;
+	fs_local_reserve();
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
 										HASH_FIND, NULL);
@@ -454,12 +497,11 @@ fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs)
 		local_leases[acquired].kind = FS_LOCAL_DEAD;
 		if (took_over > 0)
 		{
-			/* Its slot goes back to the release it was taken from. */
+			/* The release it took over may be taken over again. */
 			local_leases[took_over - 1].handed_over = false;
 			local_pending_slots++;
 		}
-		else
-			fs_tenant_slot_free(tenant, false);
+		fs_tenant_slot_free(tenant, false);
 		fs_local_trim();
 		return true;
 	}
@@ -561,7 +603,11 @@ fs_sweep_expired_leases(TimestampTz now)
 	int			freed = 0;
 	int			i;
 
-	items = palloc(sizeof(FsSweepItem) * fs_max_leases);
+	/* A decision may be waiting on this sweep: never fail it for memory. */
+	items = palloc_extended(sizeof(FsSweepItem) * fs_max_leases,
+							MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+	if (items == NULL)
+		return 0;
 
 	for (i = 0; i < FS_LEASE_PARTITIONS; i++)
 		LWLockAcquire(&fs_lease_locks[i].lock, LW_EXCLUSIVE);
@@ -744,12 +790,9 @@ fs_lease_unrelease(int64 lease_id)
 	LWLockRelease(lock);
 }
 
-/*
- * Remove a lease this transaction acquired or released; free its slot
- * unless `keep_slot` (the slot was handed over to another lease).
- */
+/* Remove a lease this transaction acquired or released, and free its slot. */
 static void
-fs_lease_drop(int64 lease_id, bool keep_slot)
+fs_lease_drop(int64 lease_id)
 {
 	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
 	LWLock	   *lock = fs_lease_lock(hashvalue);
@@ -768,8 +811,7 @@ fs_lease_drop(int64 lease_id, bool keep_slot)
 	tenant = lease->tenant;
 	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
 	LWLockRelease(lock);
-	if (!keep_slot)
-		fs_tenant_slot_free(tenant, false);
+	fs_tenant_slot_free(tenant, false);
 }
 
 /*
@@ -786,7 +828,7 @@ fs_local_settle(bool commit, SubTransactionId subid)
 	{
 		for (i = 0; i < local_count; i++)
 			if (local_leases[i].kind == FS_LOCAL_RELEASING)
-				fs_lease_drop(local_leases[i].lease_id, local_leases[i].handed_over);
+				fs_lease_drop(local_leases[i].lease_id);
 		return;
 	}
 
@@ -809,7 +851,7 @@ fs_local_settle(bool commit, SubTransactionId subid)
 
 		if (rec->kind == FS_LOCAL_ACQUIRED && (all || rec->subid == subid))
 		{
-			fs_lease_drop(rec->lease_id, rec->took_over > 0);
+			fs_lease_drop(rec->lease_id);
 			if (rec->took_over > 0)
 			{
 				FsLocalLease *from = &local_leases[rec->took_over - 1];

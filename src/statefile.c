@@ -19,9 +19,12 @@
  */
 #include "postgres.h"
 
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "catalog/pg_control.h"
+#include "common/controldata_utils.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "port/pg_crc32c.h"
@@ -39,6 +42,15 @@ PG_FUNCTION_INFO_V1(fs_save_state_now);
 
 /* Refuse to read files larger than this (a sanity bound, not a format limit). */
 #define FS_STATE_MAX_BYTES	((Size) 512 * 1024 * 1024)
+
+/* Restored times older than this are taken as "now" (a damaged file). */
+#define FS_RESTORE_MAX_AGE	(INT64CONST(3660) * USECS_PER_DAY)
+
+/*
+ * After a crash, lease ids restart this far above the last save's figure:
+ * more than a million grants a second for a week between two saves.
+ */
+#define FS_LEASE_ID_CRASH_MARGIN	(INT64CONST(1) << 40)
 
 typedef struct FsStateHeader
 {
@@ -376,12 +388,58 @@ fs_statefile_check(const char *data, Size len, FsStateHeader *header)
 	}
 }
 
+/*
+ * The queue of index `i` in the file, created on first use: queues come back
+ * only if a restored tenant or lease still belongs to them, so queues nobody
+ * uses any more (or whose database is gone) do not take room forever.
+ */
+static FsQueue *
+fs_restored_queue(FsQueue **queues, FsQueueKey *keys, uint64 nqueues, uint64 i)
+{
+	if (i >= nqueues)
+		return NULL;
+	if (queues[i] == NULL && fs_name_ok(keys[i].name))
+		queues[i] = fs_queue_insert_unlocked(keys[i].dboid, keys[i].name);
+	return queues[i];
+}
+
+/* Restored values are checked as well as the file: keep them in range. */
+static void
+fs_sanitize_tenant(FsTenant *entry, TimestampTz now)
+{
+	if (isnan(entry->token_balance) || isinf(entry->token_balance))
+	{
+		/* Unknown balance: refill when the limits load, like a new tenant. */
+		entry->token_balance = 0;
+		entry->flags |= FS_TENANT_NEW;
+	}
+	if (entry->touched_at > now || entry->touched_at < now - FS_RESTORE_MAX_AGE)
+		entry->touched_at = now;
+	if (isnan(entry->virtual_finish) || isinf(entry->virtual_finish))
+		entry->virtual_finish = 0;
+	if (isnan(entry->served_ms) || isinf(entry->served_ms) || entry->served_ms < 0)
+		entry->served_ms = 0;
+	if (entry->ready_rows < 0)
+		entry->ready_rows = 0;
+	if (entry->max_slots < 0)
+		entry->max_slots = 0;
+	entry->min_slots = Min(Max(entry->min_slots, 0), entry->max_slots);
+	if (!(entry->weight > 0) || isinf(entry->weight))
+		entry->weight = 1.0;
+	if (isnan(entry->budget_ms_per_minute) || isinf(entry->budget_ms_per_minute) ||
+		entry->budget_ms_per_minute < 0)
+		entry->budget_ms_per_minute = -1;
+	if (!(entry->throttle >= 0 && entry->throttle <= 1))
+		entry->throttle = 1.0;
+}
+
 static void
 fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 {
 	FsReader	r = {data, len - sizeof(pg_crc32c), sizeof(FsStateHeader)};
 	FsSectionHeader section;
 	FsQueue   **queues = NULL;
+	FsQueueKey *queue_keys = NULL;
 	uint64		nqueues = 0;
 	bool		clean = header->kind == FS_STATE_CLEAN;
 	TimestampTz now = GetCurrentTimestamp();
@@ -391,6 +449,7 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 				leases_dropped = 0,
 				leases_expired = 0;
 	uint64		i;
+	FsQueue    *queue;
 
 	while (fs_read(&r, &section, sizeof(section)) && section.tag != FS_SECTION_END)
 	{
@@ -403,14 +462,9 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 					break;
 				nqueues = section.count;
 				queues = palloc0(sizeof(FsQueue *) * Max(nqueues, 1));
+				queue_keys = palloc(sizeof(FsQueueKey) * Max(nqueues, 1));
 				for (i = 0; i < nqueues; i++)
-				{
-					FsQueueKey	key;
-
-					fs_read(&r, &key, sizeof(key));
-					if (fs_name_ok(key.name))
-						queues[i] = fs_queue_insert_unlocked(key.dboid, key.name);
-				}
+					fs_read(&r, &queue_keys[i], sizeof(FsQueueKey));
 				break;
 
 			case FS_SECTION_TENANTS:
@@ -423,14 +477,13 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 					FsTenant   *entry;
 
 					fs_read(&r, &record, sizeof(record));
-					if (record.key.queue_id >= nqueues || queues[record.key.queue_id] == NULL ||
-						!fs_name_ok(record.key.tenant))
+					queue = fs_restored_queue(queues, queue_keys, nqueues, record.key.queue_id);
+					if (queue == NULL || !fs_name_ok(record.key.tenant))
 					{
 						tenants_dropped++;
 						continue;
 					}
-					fs_tenant_key_init(&key, queues[record.key.queue_id]->queue_id,
-									   record.key.tenant);
+					fs_tenant_key_init(&key, queue->queue_id, record.key.tenant);
 					entry = fs_tenant_insert_unlocked(&key);
 					if (entry == NULL)
 					{
@@ -452,6 +505,7 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 					entry->weight = record.weight;
 					entry->budget_ms_per_minute = record.budget_ms_per_minute;
 					entry->throttle = record.throttle;
+					fs_sanitize_tenant(entry, now);
 					tenants++;
 				}
 				break;
@@ -471,13 +525,16 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 						leases_expired++;
 						continue;
 					}
-					if (record.queue_index >= nqueues || queues[record.queue_index] == NULL ||
-						!fs_name_ok(record.tenant))
+					queue = fs_restored_queue(queues, queue_keys, nqueues, record.queue_index);
+					if (queue == NULL || !fs_name_ok(record.tenant) || record.lease_id <= 0)
 					{
 						leases_dropped++;
 						continue;
 					}
-					fs_tenant_key_init(&key, queues[record.queue_index]->queue_id, record.tenant);
+					/* No lease is longer than an acquire or renew can make it. */
+					record.expires_at = Min(record.expires_at, now + FS_MAX_LEASE_USECS);
+					record.acquired_at = Min(record.acquired_at, now);
+					fs_tenant_key_init(&key, queue->queue_id, record.tenant);
 					entry = fs_tenant_insert_unlocked(&key);
 					if (entry == NULL ||
 						!fs_lease_restore(record.lease_id, entry, record.acquired_at,
@@ -514,12 +571,32 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 					   tenants_dropped, leases_dropped, leases_expired) : 0));
 }
 
+/*
+ * At postmaster exit: save the state, if this was a clean shutdown.
+ *
+ * An immediate shutdown also exits with code 0, but its backends were
+ * killed wherever they were, perhaps holding a spinlock or an LWLock of
+ * ours or in the middle of a transaction: then the shared state must not be
+ * read, let alone trusted.  A clean shutdown is one whose shutdown
+ * checkpoint completed, which pg_control records; otherwise the file stays
+ * "running" and the next start treats this one as a crash.
+ */
 static void
 fs_statefile_shutdown(int code, Datum arg pg_attribute_unused())
 {
-	/* Only a clean shutdown writes a clean file. */
+	ControlFileData *control;
+	bool		crc_ok;
+
 	if (code != 0 || !fs_save_state)
 		return;
+	control = get_controlfile(DataDir, &crc_ok);
+	if (!crc_ok ||
+		(control->state != DB_SHUTDOWNED && control->state != DB_SHUTDOWNED_IN_RECOVERY))
+	{
+		ereport(LOG,
+				(errmsg("fairshare did not save its state: the server did not shut down cleanly")));
+		return;
+	}
 	fs_statefile_save(FS_STATE_CLEAN, LOG);
 }
 
@@ -534,17 +611,19 @@ fs_statefile_startup(void)
 	char	   *data;
 	Size		len = 0;
 	FsStateHeader header;
-	int64		floor_id;
+	int64		next_id;
 
 	Assert(!IsUnderPostmaster);
 
 	/*
-	 * Lease ids are never reused: start above anything a previous run can
-	 * have handed out (it could not have issued more than one per
-	 * microsecond since 2000).
+	 * Lease ids are never reused.  Start at the clock in microseconds since
+	 * 2000 (above the ids of any run that issued fewer than one per
+	 * microsecond), or above the file's, whichever is higher; after a crash,
+	 * the file's figure is as old as its last save, so leave a margin far
+	 * above what a run can issue between two saves.
 	 */
-	floor_id = Max(GetCurrentTimestamp(), 1);
-	pg_atomic_write_u64(&fs_shared->next_lease_id, floor_id);
+	next_id = Max(GetCurrentTimestamp(), 1);
+	pg_atomic_write_u64(&fs_shared->next_lease_id, next_id);
 	fs_shared->start_kind = FS_START_FRESH;
 
 	if (!fs_save_state)
@@ -563,14 +642,29 @@ fs_statefile_startup(void)
 					 errhint("fairshare starts with empty state; the file is replaced at the next save.")));
 		else
 		{
+			int64		file_id = header.next_lease_id;
+
 			fs_statefile_apply(data, len, &header);
-			fs_shared->start_kind = header.kind == FS_STATE_CLEAN ?
-				FS_START_RESTORED : FS_START_AFTER_CRASH;
-			if (header.next_lease_id > floor_id)
-				pg_atomic_write_u64(&fs_shared->next_lease_id, header.next_lease_id);
+			if (header.kind == FS_STATE_CLEAN)
+				fs_shared->start_kind = FS_START_RESTORED;
+			else
+			{
+				fs_shared->start_kind = FS_START_AFTER_CRASH;
+				if (file_id < PG_INT64_MAX - FS_LEASE_ID_CRASH_MARGIN)
+					file_id += FS_LEASE_ID_CRASH_MARGIN;
+			}
+			if (file_id > next_id)
+				pg_atomic_write_u64(&fs_shared->next_lease_id, file_id);
 		}
+		/*
+		 * What was read is in shared memory now.  Should the file written
+		 * next fail, no stale file must be read again at the next start.
+		 */
+		if (unlink(FS_STATE_FILE) != 0 && errno != ENOENT)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not remove fairshare state file \"%s\": %m", FS_STATE_FILE)));
 	}
-	fs_shared->first_lease_id = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
 
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(context);

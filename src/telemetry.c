@@ -67,32 +67,40 @@ fs_queue_name_of(const FsQueueNames *qn, uint32 queue_id)
 	return qn->names[queue_id];
 }
 
-typedef struct FsTenantScan
+/*
+ * Copies of tenant entries, taken under the partition locks; the tuples are
+ * built afterwards, with no fairshare lock held (a tuplestore may spill to
+ * disk).
+ */
+typedef struct FsTenantCopies
 {
-	ReturnSetInfo *rsinfo;
-	FsQueueNames queues;
-	TimestampTz now;
-} FsTenantScan;
+	FsTenant   *entries;
+	long		count;
+	long		capacity;
+} FsTenantCopies;
 
 static void
-fs_tenant_state_row(const FsTenant *t, void *arg)
+fs_tenant_copy(const FsTenant *t, void *arg)
 {
-	FsTenantScan *scan = (FsTenantScan *) arg;
-	const char *queue = fs_queue_name_of(&scan->queues, t->key.queue_id);
+	FsTenantCopies *c = (FsTenantCopies *) arg;
+
+	if (c->count < c->capacity)
+		c->entries[c->count++] = *t;
+}
+
+static void
+fs_tenant_state_row(ReturnSetInfo *rsinfo, const char *queue, FsTenant *t, TimestampTz now)
+{
 	Datum		values[FS_TENANT_STATE_COLS];
 	bool		nulls[FS_TENANT_STATE_COLS];
 	int			i = 0;
 	int			r;
 
-	if (queue == NULL)
-		return;
 	memset(nulls, 0, sizeof(nulls));
 
 	values[i++] = CStringGetTextDatum(queue);
 	values[i++] = CStringGetTextDatum(t->key.tenant);
 	values[i++] = Int32GetDatum(t->slots_in_use);
-	/* The balance as of now: accrue the copy (the entry is not touched). */
-	fs_budget_accrue((FsTenant *) t, Max(scan->now, t->touched_at));
 	values[i++] = Int32GetDatum(t->max_slots);
 	values[i++] = Int32GetDatum(t->min_slots);
 	values[i++] = Float8GetDatum(t->weight);
@@ -103,6 +111,8 @@ fs_tenant_state_row(const FsTenant *t, void *arg)
 	}
 	else
 	{
+		/* The balance as of now: accrue the copy (the entry is not touched). */
+		fs_budget_accrue(t, Max(now, t->touched_at));
 		values[i++] = Float8GetDatum(t->budget_ms_per_minute);
 		values[i++] = Float8GetDatum(t->token_balance);
 	}
@@ -117,21 +127,38 @@ fs_tenant_state_row(const FsTenant *t, void *arg)
 	values[i++] = TimestampTzGetDatum(t->touched_at);
 	Assert(i == FS_TENANT_STATE_COLS);
 
-	tuplestore_putvalues(scan->rsinfo->setResult, scan->rsinfo->setDesc, values, nulls);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
 /* fs_tenant_state(): one row per (queue, tenant) entry of this database. */
 Datum
 fs_tenant_state(PG_FUNCTION_ARGS)
 {
-	FsTenantScan scan;
+	ReturnSetInfo *rsinfo;
+	FsQueueNames queues;
+	FsTenantCopies copies;
+	TimestampTz now;
+	long		i;
 
 	fs_check_loaded();
 	InitMaterializedSRF(fcinfo, 0);
-	scan.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	scan.now = fs_now();
-	fs_queue_names(&scan.queues);
-	fs_tenant_foreach(fs_tenant_state_row, &scan);
+	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	now = fs_now();
+	fs_queue_names(&queues);
+
+	copies.capacity = fs_max_tenants;
+	copies.count = 0;
+	copies.entries = palloc_extended(sizeof(FsTenant) * copies.capacity, MCXT_ALLOC_HUGE);
+	fs_tenant_foreach(fs_tenant_copy, &copies);
+
+	for (i = 0; i < copies.count; i++)
+	{
+		FsTenant   *t = &copies.entries[i];
+		const char *queue = fs_queue_name_of(&queues, t->key.queue_id);
+
+		if (queue != NULL)
+			fs_tenant_state_row(rsinfo, queue, t, now);
+	}
 	return (Datum) 0;
 }
 
@@ -150,14 +177,9 @@ fs_lease_state_name(uint8 state)
 	return "unknown";
 }
 
-typedef struct FsLeaseRow
-{
-	FsLeaseInfo info;
-} FsLeaseRow;
-
 typedef struct FsLeaseCollect
 {
-	FsLeaseRow *rows;
+	FsLeaseInfo *rows;
 	int			count;
 	int			capacity;
 } FsLeaseCollect;
@@ -169,7 +191,7 @@ fs_lease_collect(const FsLeaseInfo *lease, void *arg)
 	FsLeaseCollect *c = (FsLeaseCollect *) arg;
 
 	if (c->count < c->capacity)
-		c->rows[c->count++].info = *lease;
+		c->rows[c->count++] = *lease;
 }
 
 /* fs_lease_state(): one row per lease of this database's queues. */
@@ -189,12 +211,12 @@ fs_lease_state(PG_FUNCTION_ARGS)
 	/* Allocated before the scan: the visitor runs under lease locks. */
 	collect.capacity = fs_max_leases;
 	collect.count = 0;
-	collect.rows = palloc_extended(sizeof(FsLeaseRow) * collect.capacity, MCXT_ALLOC_HUGE);
+	collect.rows = palloc_extended(sizeof(FsLeaseInfo) * collect.capacity, MCXT_ALLOC_HUGE);
 	fs_lease_foreach(fs_lease_collect, &collect);
 
 	for (i = 0; i < collect.count; i++)
 	{
-		const FsLeaseInfo *l = &collect.rows[i].info;
+		const FsLeaseInfo *l = &collect.rows[i];
 		const char *queue = fs_queue_name_of(&queues, l->tenant_key.queue_id);
 		Datum		values[7];
 		bool		nulls[7] = {false, false, false, false, false, false, false};
@@ -268,6 +290,7 @@ fs_server_state(PG_FUNCTION_ARGS)
 	values[i++] = Int64GetDatum((int64) stats.tenant_table_full);
 	values[i++] = Int64GetDatum((int64) stats.queue_table_full);
 	values[i++] = Int64GetDatum((int64) stats.lease_table_full);
+	values[i++] = Int64GetDatum((int64) stats.limits_unreadable);
 	values[i++] = Int64GetDatum((int64) stats.leases_expired);
 	values[i++] = Int64GetDatum((int64) stats.leases_orphaned);
 	values[i++] = Int64GetDatum((int64) stats.leases_reregistered);

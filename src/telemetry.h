@@ -13,7 +13,7 @@
 
 /* Column counts of the SRFs; must match their OUT parameters in SQL. */
 #define FS_TENANT_STATE_COLS	(11 + FS_NUM_TENANT_REASONS + 4)
-#define FS_SERVER_STATE_COLS	23
+#define FS_SERVER_STATE_COLS	24
 
 /* What kind of decision a log record is about. */
 typedef enum FsDecisionKind

@@ -33,6 +33,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
 #include "tenant_limits.h"
@@ -53,6 +54,14 @@ fs_limits_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_PREPARE:
+			/* COMMIT PREPARED runs no callback of ours: it could not publish. */
+			if (limits_changed_in_xact)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that changed fs_limits"),
+						 errhint("Change fs_limits outside the prepared transaction.")));
+			break;
 		case XACT_EVENT_COMMIT:
 			if (limits_changed_in_xact && fs_shared != NULL)
 			{
@@ -143,13 +152,16 @@ fs_limits_plan(void)
 
 	/*
 	 * The four candidate rows, most specific first: an exact tenant beats a
-	 * queue default, and the global default comes last.
+	 * queue default, and the global default comes last.  Every operator and
+	 * type is schema-qualified: the plan is made under the caller's
+	 * search_path and its result is shared with every session.
 	 */
 	query = psprintf("SELECT max_slots, min_slots, weight, budget_ms_per_minute, throttle_pct"
 					 "  FROM %s.fs_limits"
-					 " WHERE queue = ANY (ARRAY[$1, '*'])"
-					 "   AND tenant = ANY (ARRAY[$2, '*'])"
-					 " ORDER BY tenant = '*', queue = '*'",
+					 " WHERE queue OPERATOR(pg_catalog.=) ANY (ARRAY[$1, '*']::pg_catalog.text[])"
+					 "   AND tenant OPERATOR(pg_catalog.=) ANY (ARRAY[$2, '*']::pg_catalog.text[])"
+					 " ORDER BY tenant OPERATOR(pg_catalog.=) '*'::pg_catalog.text,"
+					 "          queue OPERATOR(pg_catalog.=) '*'::pg_catalog.text",
 					 quote_identifier(fs_extension_schema()));
 	plan = SPI_prepare(query, 2, argtypes);
 	if (plan == NULL)
@@ -162,51 +174,34 @@ fs_limits_plan(void)
 	return plan;
 }
 
-/*
- * Load the effective limits of (queue, tenant) from fs_limits into *out, as
- * committed: a transaction that changed fs_limits does not see its own change
- * here either (it applies when it commits, for everyone at once).
- *
- * The generation is read before the snapshot is taken, so whatever commit
- * bumped it to that value is visible to the read, and the result may be
- * cached in shared memory with that generation.
- */
-void
-fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out, uint32 *generation)
+/* Read the rows of fs_limits for (queue, tenant) into *out (see below). */
+static void
+fs_limits_lookup(const char *queue, const char *tenant, FsLimits *out)
 {
 	Datum		args[2];
+	bool		have[5] = {false, false, false, false, false};
+	SPIPlanPtr	plan;
 	Snapshot	snapshot;
 	int			ret;
-	bool		have[5] = {false, false, false, false, false};
 	uint64		row;
 
-	*generation = pg_atomic_read_u32(&fs_shared->limits_generation);
-	pg_memory_barrier();
-
-	out->max_slots = FS_DEFAULT_MAX_SLOTS;
-	out->min_slots = FS_DEFAULT_MIN_SLOTS;
-	out->weight = FS_DEFAULT_WEIGHT;
-	out->budget_ms_per_minute = -1;
-	out->throttle = FS_DEFAULT_THROTTLE_PCT / 100.0;
-
-	args[0] = CStringGetTextDatum(queue->key.name);
+	args[0] = CStringGetTextDatum(queue);
 	args[1] = CStringGetTextDatum(tenant);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	plan = fs_limits_plan();
 
 	/*
-	 * The latest snapshot, blind to this transaction's own changes: rows it
-	 * inserted (cmin >= 0) are invisible and rows it deleted still visible
-	 * once curcid is the first command id.  GetLatestSnapshot() returns a
-	 * static snapshot that SPI copies and that the next call recomputes.
+	 * The latest snapshot (a private copy), blind to this transaction's own
+	 * changes: rows it inserted (cmin >= 0) are invisible and rows it deleted
+	 * still visible once curcid is the first command id.
 	 */
-	snapshot = GetLatestSnapshot();
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	if (limits_changed_in_xact)
 		snapshot->curcid = FirstCommandId;
-	ret = SPI_execute_snapshot(fs_limits_plan(), args, NULL,
-							   snapshot, InvalidSnapshot,
-							   true, false, 0);
+	ret = SPI_execute_snapshot(plan, args, NULL, snapshot, InvalidSnapshot, true, false, 0);
+	UnregisterSnapshot(snapshot);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "fs_limits lookup failed: %s", SPI_result_code_string(ret));
 
@@ -252,10 +247,73 @@ fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out, uint32 *gen
 		}
 	}
 	SPI_finish();
+}
+
+/*
+ * Load the effective limits of (queue, tenant) from fs_limits into *out, as
+ * committed: a transaction that changed fs_limits does not see its own change
+ * here either (it applies when it commits, for everyone at once).
+ *
+ * The generation is read before the snapshot is taken, so whatever commit
+ * bumped it to that value is visible to the read, and the result may be
+ * cached in shared memory with that generation.
+ *
+ * Returns false when fs_limits cannot be read (its privileges were revoked,
+ * row-level security hides it, a lock timeout...): the caller's decision then
+ * fails open rather than fail the caller's transaction.  The read runs in a
+ * subtransaction so that its error can be set aside; a cancel is re-raised.
+ */
+bool
+fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out, uint32 *generation)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	*generation = pg_atomic_read_u32(&fs_shared->limits_generation);
+	pg_memory_barrier();
+
+	out->max_slots = FS_DEFAULT_MAX_SLOTS;
+	out->min_slots = FS_DEFAULT_MIN_SLOTS;
+	out->weight = FS_DEFAULT_WEIGHT;
+	out->budget_ms_per_minute = -1;
+	out->throttle = FS_DEFAULT_THROTTLE_PCT / 100.0;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		fs_limits_lookup(queue->key.name, tenant, out);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			ReThrowError(edata);
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg("fairshare could not read fs_limits, so this decision fails open: %s",
+						edata->message),
+				 errhint("Make fs_limits readable by the roles that call fairshare (it is granted to PUBLIC at install).")));
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
 
 	/* Rows are validated one by one; inherited fields can still cross. */
 	if (out->min_slots > out->max_slots)
 		out->min_slots = out->max_slots;
+	return ok;
 }
 
 /* ----------------------------------------------------------------
@@ -367,19 +425,19 @@ fs_limits_validate(PG_FUNCTION_ARGS)
 		!(value > 0 && !isinf(value)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("weight must be a positive finite number, got %g", value),
+				 errmsg("weight must be a positive finite number, got %s", fs_float_text(value)),
 				 errhint("Weights are relative shares: 1 is the default, 2 gets twice as much.")));
 	if (fs_limits_get_float(tuple, desc, "budget_ms_per_minute", &value) &&
 		(isnan(value) || value < 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("budget_ms_per_minute must be zero or positive, got %g", value),
+				 errmsg("budget_ms_per_minute must be zero or positive, got %s", fs_float_text(value)),
 				 errhint("Use 'infinity' for no budget, or NULL to inherit the default.")));
 	if (fs_limits_get_float(tuple, desc, "throttle_pct", &value) &&
 		(isnan(value) || value < 0 || value > 100))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("throttle_pct must be between 0 and 100, got %g", value),
+				 errmsg("throttle_pct must be between 0 and 100, got %s", fs_float_text(value)),
 				 errhint("100 means no throttling; 25 gives the tenant a quarter of its share.")));
 
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
@@ -432,7 +490,11 @@ fs_effective_limits(PG_FUNCTION_ARGS)
 	/* A throwaway queue key: resolution needs only its name. */
 	memset(&queue, 0, sizeof(queue));
 	strlcpy(queue.key.name, queue_name, sizeof(queue.key.name));
-	fs_limits_resolve(&queue, tenant, &limits, &generation);
+	if (!fs_limits_resolve(&queue, tenant, &limits, &generation))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("could not read fs_limits"),
+				 errhint("See the warning above.")));
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");

@@ -31,7 +31,7 @@ fs_limits_current(const FsTenant *entry)
 
 extern void fs_limits_copy_out(const FsTenant *entry, FsLimits *out);
 extern void fs_limits_store(FsTenant *entry, const FsLimits *limits, uint32 generation);
-extern void fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out,
+extern bool fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out,
 							  uint32 *generation);
 extern void fs_limits_init(void);
 extern const char *fs_extension_schema(void);

@@ -210,36 +210,31 @@ fs_rule_field(JsonbContainer *rule, int ruleno, const char *field, enum jbvType 
 	return v;
 }
 
-/* Parse a rule's "per" as an interval, with an error of our own. */
+/* Says which rule an error of interval_in() is about. */
+static void
+fs_rule_window_context(void *arg)
+{
+	errcontext("tier rule %d, \"per\"", *(int *) arg);
+}
+
+/* Parse a rule's "per" as an interval of 1 second to 366 days. */
 static int64
 fs_rule_window(int ruleno, const char *text)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	Interval   *volatile interval = NULL;
-	ErrorData  *volatile edata = NULL;
+	ErrorContextCallback context;
+	Interval   *interval;
 	float8		usecs;
 
-	PG_TRY();
-	{
-		interval = DatumGetIntervalP(DirectFunctionCall3(interval_in,
-														 CStringGetDatum(text),
-														 ObjectIdGetDatum(InvalidOid),
-														 Int32GetDatum(-1)));
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-	}
-	PG_END_TRY();
+	context.callback = fs_rule_window_context;
+	context.arg = &ruleno;
+	context.previous = error_context_stack;
+	error_context_stack = &context;
+	interval = DatumGetIntervalP(DirectFunctionCall3(interval_in,
+													 CStringGetDatum(text),
+													 ObjectIdGetDatum(InvalidOid),
+													 Int32GetDatum(-1)));
+	error_context_stack = context.previous;
 
-	if (edata != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("tier rule %d is invalid: \"per\" is not an interval: \"%s\"", ruleno, text),
-				 errdetail("%s", edata->message),
-				 errhint("Use an interval such as \"1 minute\" or \"1 hour\".")));
 	usecs = (float8) interval->time +
 		((float8) interval->month * DAYS_PER_MONTH + interval->day) * USECS_PER_DAY;
 	if (usecs < FS_TIER_MIN_WINDOW || usecs > FS_TIER_MAX_WINDOW)

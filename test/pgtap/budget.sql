@@ -39,7 +39,7 @@ SELECT throws_ok($$SELECT fs_charge_tokens('a', 'NaN')$$, '22023');
 SELECT throws_ok($$SELECT fs_charge_tokens('a', 'Infinity')$$, '22023');
 SELECT throws_ok($$SELECT fs_worker_heartbeat('w', -1)$$, '22023');
 SELECT throws_ok($$SELECT fs_route_enqueue('a', 'c', '{}')$$, '22023');
-SELECT throws_ok($$SELECT fs_route_enqueue('a', 'c', '[{"threshold": 1, "per": "soon", "queue": "q"}]')$$, '22023');
+SELECT throws_ok($$SELECT fs_route_enqueue('a', 'c', '[{"threshold": 1, "per": "soon", "queue": "q"}]')$$, '22007');
 SELECT throws_ok($$SELECT fs_route_enqueue('a', 'c', '[{},{},{},{},{}]')$$, '54000');
 
 -- The walk: 3 tenants with budgets of 600, 6,000 and 60,000 ms per minute;

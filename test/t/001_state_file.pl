@@ -96,6 +96,22 @@ close $fh;
 $node->start;
 is($q->("SELECT start_kind FROM fs_stats"), 'fresh', 'a foreign file is ignored');
 
+# An immediate shutdown kills backends wherever they are: it counts as a crash.
+$q->("SELECT fs_acquire_slot('acme', 'st', '1 hour')");
+$q->("SELECT fs_save_state()");
+$node->stop('immediate');
+$node->start;
+is($q->("SELECT start_kind || '/' || (SELECT count(*) FROM fs_leases WHERE state = 'orphan') FROM fs_stats"),
+	'after_crash/1', 'an immediate shutdown is treated as a crash');
+
+# Queues nobody uses any more are not restored: only those of a tenant or lease.
+$q->("SELECT fs_worker_heartbeat('w', 1, 'only_a_heartbeat_' || i) FROM generate_series(1, 5) i");
+is($q->("SELECT count(*) FROM fs_queues WHERE queue LIKE 'only_a_heartbeat_%'"), '5', 'queues made by heartbeats');
+$node->restart;
+is($q->("SELECT count(*) FROM fs_queues WHERE queue LIKE 'only_a_heartbeat_%'"), '0',
+	'are gone after a restart');
+is($q->("SELECT count(*) FROM fs_queues WHERE queue = 'st'"), '1', 'a queue with tenants is kept');
+
 # fairshare.save_state = off: nothing is saved or restored.
 $q->("SELECT fs_acquire_slot('acme', 'st', '1 hour')");
 $node->append_conf('postgresql.conf', 'fairshare.save_state = off');
