@@ -18,6 +18,7 @@
 #include "fairshare.h"
 #include "tenant_limits.h"
 #include "shmem.h"
+#include "schedules.h"
 #include "slots.h"
 
 PG_MODULE_MAGIC;
@@ -94,6 +95,8 @@ _PG_init(void)
 							 0, 0, 1e11,
 							 PGC_SUSET, GUC_NOT_IN_SAMPLE | GUC_UNIT_S,
 							 NULL, NULL, NULL);
+
+	fs_schedules_init();
 
 	MarkGUCPrefixReserved("fairshare");
 
