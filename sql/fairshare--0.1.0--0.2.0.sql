@@ -186,3 +186,46 @@ SELECT schedule_id, owner, name, scheduled_for, state, claimed_at, finished_at,
 COMMENT ON VIEW fs_recent_runs IS
 'runs of the last fairshare.run_retention (each role sees its own): state, duration, error, and runs missed before each';
 GRANT SELECT ON fs_schedule_status, fs_recent_runs TO PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- The background worker
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION fs_current_run(
+    OUT schedule_id bigint,
+    OUT name text,
+    OUT tenant text,
+    OUT queue text,
+    OUT scheduled_for timestamptz,
+    OUT payload jsonb)
+RETURNS record
+LANGUAGE c STABLE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_current_run';
+COMMENT ON FUNCTION fs_current_run() IS
+'inside a schedule''s command run by the background worker: the run (schedule, scheduled time, payload, tenant, queue); NULLs elsewhere';
+
+CREATE FUNCTION fs_worker_state(
+    OUT launcher_pid integer,
+    OUT scheduler_pid integer,
+    OUT database text,
+    OUT state text,
+    OUT last_pass_at timestamptz,
+    OUT last_pass_ms double precision,
+    OUT last_pass_runs bigint,
+    OUT runs_succeeded bigint,
+    OUT runs_failed bigint,
+    OUT runs_pruned bigint,
+    OUT last_sweep_at timestamptz,
+    OUT leases_swept bigint,
+    OUT last_state_save_at timestamptz,
+    OUT enabled boolean)
+RETURNS record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_worker_state';
+COMMENT ON FUNCTION fs_worker_state() IS
+'the background worker''s processes and what they did; see the fs_worker view';
+
+CREATE VIEW fs_worker AS SELECT * FROM fs_worker_state();
+GRANT SELECT ON fs_worker TO PUBLIC;
+COMMENT ON VIEW fs_worker IS
+'fairshare''s background worker (whole server): launcher and scheduler, its state, the last minute''s pass, runs and sweeps';

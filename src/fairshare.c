@@ -20,6 +20,7 @@
 #include "shmem.h"
 #include "schedules.h"
 #include "slots.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 
@@ -97,6 +98,7 @@ _PG_init(void)
 							 NULL, NULL, NULL);
 
 	fs_schedules_init();
+	fs_worker_init();
 
 	MarkGUCPrefixReserved("fairshare");
 

@@ -176,11 +176,11 @@ enum
  * timing.  Index order only (no tie-break), so LIMIT reads no more rows
  * than it returns.
  */
-#define DUE_QUERY(has_command) \
+#define DUE_QUERY(filter) \
 	"SELECT st.schedule_id, s.owner, s.name, st.cron, st.timezone, st.catchup, st.next_run_at," \
 	"       s.tenant, s.queue, s.payload, s.command" \
 	"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)" \
-	" WHERE st.next_run_at <= $1 AND " has_command " AND ($2 OR s.owner = $3)" \
+	" WHERE st.next_run_at <= $1 AND ($2 OR s.owner = $3) AND " filter \
 	" ORDER BY st.next_run_at LIMIT $4 FOR UPDATE OF st SKIP LOCKED"
 
 static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
@@ -223,8 +223,8 @@ static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 		4, {TIMESTAMPTZOID, BOOLOID, NAMEOID, INT4OID}
 	},
 	[Q_DUE_WORKER] = {
-		DUE_QUERY("st.has_command"),
-		4, {TIMESTAMPTZOID, BOOLOID, NAMEOID, INT4OID}
+		DUE_QUERY("st.has_command AND ($5 = 0 OR st.schedule_id = $5)"),
+		5, {TIMESTAMPTZOID, BOOLOID, NAMEOID, INT4OID, INT8OID}
 	},
 	[Q_LEDGER] = {
 		"INSERT INTO %1$s.fs_schedule_runs"
@@ -905,8 +905,8 @@ fs_copy_text(HeapTuple row, TupleDesc desc, int column, MemoryContext into)
 }
 
 int
-fs_claim_runs(bool with_command, int max_runs, TimestampTz as_of, Oid claimer,
-			  bool all_owners, FsClaimedRun **runs_out)
+fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, TimestampTz as_of,
+			  Oid claimer, bool all_owners, FsClaimedRun **runs_out)
 {
 	MemoryContext caller = CurrentMemoryContext;
 	FsAsSuperuser su;
@@ -934,6 +934,7 @@ fs_claim_runs(bool with_command, int max_runs, TimestampTz as_of, Oid claimer,
 	args[1] = BoolGetDatum(all_owners);
 	args[2] = NameGetDatum(&claimer_name);
 	args[3] = Int32GetDatum(max_runs);
+	args[4] = Int64GetDatum(only_schedule_id);
 	fs_execute(with_command ? Q_DUE_WORKER : Q_DUE_APP, args, NULL, false, 0);
 	due = SPI_tuptable;
 	ndue = SPI_processed;
@@ -1160,7 +1161,8 @@ fs_claim_due_schedules(PG_FUNCTION_ARGS)
 				 errhint("Leave it out to claim the runs due now.")));
 
 	InitMaterializedSRF(fcinfo, 0);
-	nruns = fs_claim_runs(false, max_runs, as_of, claimer, fs_sees_all_schedules(claimer), &runs);
+	nruns = fs_claim_runs(false, 0, max_runs, as_of, claimer, fs_sees_all_schedules(claimer),
+						  &runs);
 	for (i = 0; i < nruns; i++)
 	{
 		Datum		values[6];

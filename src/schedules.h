@@ -42,12 +42,14 @@ extern void fs_schedules_init(void);
 
 /*
  * Claim up to max_runs due runs as of `as_of`: of schedules with a command
- * (the worker's) or without one (the application's), of every owner or of
- * `claimer` only.  Records each run in the ledger and advances the
- * schedules, in the caller's transaction.  Returns the number of runs.
+ * (the worker's; only_schedule_id, if not 0, restricts to one) or without
+ * one (the application's), of every owner or of `claimer` only.  Records
+ * each run in the ledger and advances the schedules, in the caller's
+ * transaction.  Returns the number of runs.
  */
-extern int	fs_claim_runs(bool with_command, int max_runs, TimestampTz as_of,
-						  Oid claimer, bool all_owners, FsClaimedRun **runs);
+extern int	fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs,
+						  TimestampTz as_of, Oid claimer, bool all_owners,
+						  FsClaimedRun **runs);
 
 /* Record how a worker run ended (error NULL: it succeeded). */
 extern void fs_finish_run(const FsClaimedRun *run, const char *error);
