@@ -149,6 +149,7 @@ typedef enum FsQuery
 	Q_DUE_APP,
 	Q_DUE_WORKER,
 	Q_LEDGER,
+	Q_LEDGER_CHECKED,
 	Q_ADVANCE,
 	Q_RUN_RESULT,
 	Q_LAST_RESULT,
@@ -182,6 +183,13 @@ enum
 	"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)" \
 	" WHERE st.next_run_at <= $1 AND ($2 OR s.owner = $3) AND " filter \
 	" ORDER BY st.next_run_at LIMIT $4 FOR UPDATE OF st SKIP LOCKED"
+
+#define LEDGER_INSERT \
+	"INSERT INTO %1$s.fs_schedule_runs" \
+	"       (schedule_id, scheduled_for, owner, name, state, missed_since, claimed_at)" \
+	"SELECT u.schedule_id, u.scheduled_for, u.owner, u.name, u.state, u.missed_since, $7" \
+	"  FROM unnest($1, $2, $3, $4, $5, $6)" \
+	"       AS u(schedule_id, scheduled_for, owner, name, state, missed_since)"
 
 static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 	[Q_FIND] = {
@@ -227,11 +235,12 @@ static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 		5, {TIMESTAMPTZOID, BOOLOID, NAMEOID, INT4OID, INT8OID}
 	},
 	[Q_LEDGER] = {
-		"INSERT INTO %1$s.fs_schedule_runs"
-		"       (schedule_id, scheduled_for, owner, name, state, missed_since, claimed_at)"
-		"SELECT u.schedule_id, u.scheduled_for, u.owner, u.name, u.state, u.missed_since, $7"
-		"  FROM unnest($1, $2, $3, $4, $5, $6)"
-		"       AS u(schedule_id, scheduled_for, owner, name, state, missed_since)"
+		LEDGER_INSERT,
+		7, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
+	},
+	[Q_LEDGER_CHECKED] = {
+		LEDGER_INSERT
 		" ON CONFLICT (schedule_id, scheduled_for) DO NOTHING"
 		" RETURNING schedule_id, scheduled_for",
 		7, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
@@ -888,6 +897,71 @@ typedef struct FsRunKey
 	TimestampTz scheduled_for;
 } FsRunKey;
 
+/*
+ * Insert the ledger rows.  Normally none exists yet, and a plain insert is
+ * much cheaper than ON CONFLICT; if one does (next_run_at was moved back by
+ * hand), the plain insert fails, is rolled back, and the rows are inserted
+ * again skipping those already there.  Returns NULL when every row was
+ * inserted, or the set (FsRunKey) of the rows that were.
+ */
+static HTAB *
+fs_insert_ledger(Datum *args, int nrows)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	HASHCTL		ctl;
+	HTAB	   *inserted;
+	uint64		r;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		fs_execute(Q_LEDGER, args, NULL, false, 0);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
+			PG_RE_THROW();
+		FlushErrorState();
+		FreeErrorData(edata);
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		nrows = -1;
+	}
+	PG_END_TRY();
+	if (nrows >= 0)
+		return NULL;
+
+	fs_execute(Q_LEDGER_CHECKED, args, NULL, false, 0);
+	ctl.keysize = sizeof(FsRunKey);
+	ctl.entrysize = sizeof(FsRunKey);
+	ctl.hcxt = CurrentMemoryContext;
+	inserted = hash_create("fairshare inserted runs", Max(SPI_processed, 16), &ctl,
+						   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	for (r = 0; r < SPI_processed; r++)
+	{
+		FsRunKey	key;
+		bool		isnull;
+
+		memset(&key, 0, sizeof(key));
+		key.schedule_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+													  SPI_tuptable->tupdesc, 1, &isnull));
+		key.scheduled_for = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[r],
+															  SPI_tuptable->tupdesc, 2, &isnull));
+		hash_search(inserted, &key, HASH_ENTER, NULL);
+	}
+	return inserted;
+}
+
 static char *
 fs_copy_text(HeapTuple row, TupleDesc desc, int column, MemoryContext into)
 {
@@ -929,6 +1003,14 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 	namestrcpy(&claimer_name, GetUserNameFromId(claimer, false));
 
 	fs_tables_open(&su);
+
+	/*
+	 * A large claim sorts and joins as many rows as it claims: let it do so
+	 * in memory (this ends with the claim, like the search_path above).
+	 */
+	if (max_runs > 10000)
+		(void) set_config_option("work_mem", "64MB", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
 
 	args[0] = TimestampTzGetDatum(as_of);
 	args[1] = BoolGetDatum(all_owners);
@@ -1027,36 +1109,7 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 		args[4] = fs_array(batch.l_state, NULL, batch.nledger, TEXTOID);
 		args[5] = fs_array(batch.l_missed, batch.l_missed_null, batch.nledger, TIMESTAMPTZOID);
 		args[6] = TimestampTzGetDatum(now);
-		fs_execute(Q_LEDGER, args, NULL, false, 0);
-
-		/*
-		 * A ledger row that exists already was claimed before (only possible
-		 * if next_run_at was moved back by hand): that run is not handed out
-		 * again.  Find the rows that were really inserted.
-		 */
-		if (SPI_processed < (uint64) batch.nledger)
-		{
-			HASHCTL		ctl;
-			uint64		r;
-
-			ctl.keysize = sizeof(FsRunKey);
-			ctl.entrysize = sizeof(FsRunKey);
-			ctl.hcxt = CurrentMemoryContext;
-			inserted = hash_create("fairshare inserted runs", Max(SPI_processed, 16), &ctl,
-								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-			for (r = 0; r < SPI_processed; r++)
-			{
-				FsRunKey	key;
-				bool		isnull;
-
-				memset(&key, 0, sizeof(key));
-				key.schedule_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-															  SPI_tuptable->tupdesc, 1, &isnull));
-				key.scheduled_for = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[r],
-																	  SPI_tuptable->tupdesc, 2, &isnull));
-				hash_search(inserted, &key, HASH_ENTER, NULL);
-			}
-		}
+		inserted = fs_insert_ledger(args, batch.nledger);
 	}
 
 	if (batch.nadvance > 0)
