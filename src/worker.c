@@ -568,9 +568,8 @@ fs_run_command(const FsClaimedRun *run)
 		fs_set_run_guc("fairshare.run_schedule_id",
 					   psprintf(INT64_FORMAT, run->schedule_id));
 		fs_set_run_guc("fairshare.run_name", run->name);
-		fs_set_run_guc("fairshare.run_scheduled_for",
-					   DatumGetCString(DirectFunctionCall1(timestamptz_out,
-														  TimestampTzGetDatum(run->scheduled_for))));
+		/* ISO whatever DateStyle says, so that it reads back the same. */
+		fs_set_run_guc("fairshare.run_scheduled_for", timestamptz_to_str(run->scheduled_for));
 		fs_set_run_guc("fairshare.run_payload", payload);
 		fs_set_run_guc("fairshare.run_tenant", run->tenant);
 		fs_set_run_guc("fairshare.run_queue", run->queue);
