@@ -1,48 +1,84 @@
 --
--- Upgrading: ALTER EXTENSION fairshare UPDATE from 0.1.0 gives exactly the
--- objects of a fresh install, and keeps the limits table's rows.
+-- ALTER EXTENSION fairshare UPDATE from every earlier version gives exactly
+-- the objects of a fresh install of the current version.
 --
 SET client_min_messages = warning;
-DROP EXTENSION IF EXISTS fairshare;
-CREATE SCHEMA upgrade_check;
+DROP EXTENSION IF EXISTS fairshare CASCADE;
+RESET client_min_messages;
 
--- Every object of the extension, described the same way for both installs.
-CREATE FUNCTION upgrade_check.objects() RETURNS SETOF text LANGUAGE sql AS $$
-    SELECT pg_describe_object(classid, objid, 0) || coalesce(' -> ' || (
-               SELECT pg_get_function_identity_arguments(objid) || ' returns ' ||
-                      pg_get_function_result(objid) || ' ' || p.provolatile::text || p.proparallel::text
-                 FROM pg_proc p WHERE p.oid = objid AND classid = 'pg_proc'::regclass), '') ||
-           coalesce(' : ' || obj_description(objid, classid::regclass::name), ' : (no comment)')
-      FROM pg_depend
-     WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
-       AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'fairshare')
-$$;
-CREATE FUNCTION upgrade_check.columns() RETURNS SETOF text LANGUAGE sql AS $$
-    SELECT c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
-      FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
-     WHERE c.relnamespace = 'public'::regnamespace AND c.relname LIKE 'fs\_%'
-       AND a.attnum > 0 AND NOT a.attisdropped
-$$;
+-- Every object of the extension, described with its definition, comment
+-- and privileges, so that two installs can be compared as sets of rows.
+CREATE TEMP VIEW fairshare_objects AS
+WITH members AS (
+  SELECT d.classid, d.objid, d.objsubid
+    FROM pg_depend d
+   WHERE d.refclassid = 'pg_extension'::regclass
+     AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'fairshare')
+     AND d.deptype = 'e')
+SELECT pg_describe_object(classid, objid, 0) AS object,
+       coalesce(obj_description(objid, classid::regclass::name), '') AS comment,
+       CASE classid
+         WHEN 'pg_proc'::regclass THEN pg_get_functiondef(objid) || ' acl ' ||
+              coalesce((SELECT proacl::text FROM pg_proc WHERE oid = objid), '')
+         WHEN 'pg_class'::regclass THEN
+              (SELECT relkind::text || ' ' || coalesce(relacl::text, '') || ' ' ||
+                      coalesce(array_to_string(reloptions, ','), '') || ' rls ' ||
+                      relrowsecurity::text || ' ' ||
+                      coalesce(pg_get_viewdef(c.oid), '') FROM pg_class c WHERE c.oid = objid)
+         ELSE ''
+       END AS definition
+  FROM members
+UNION ALL
+-- Columns, constraints, indexes, policies and triggers of member tables.
+SELECT 'column ' || a.attrelid::regclass || '.' || a.attname,
+       coalesce(col_description(a.attrelid, a.attnum), ''),
+       format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull || ' ' || a.attidentity::text ||
+       ' ' || coalesce(pg_get_expr(ad.adbin, ad.adrelid), '') || ' #' || a.attnum
+  FROM pg_attribute a JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = a.attrelid
+  LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+ WHERE a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'constraint ' || conrelid::regclass || '.' || conname, '', pg_get_constraintdef(c.oid)
+  FROM pg_constraint c JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = c.conrelid
+UNION ALL
+SELECT 'index ' || i.indexrelid::regclass, '', pg_get_indexdef(i.indexrelid)
+  FROM pg_index i JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = i.indrelid
+UNION ALL
+SELECT 'policy ' || schemaname || '.' || tablename || '.' || policyname, '',
+       cmd || ' ' || roles::text || ' ' || coalesce(qual, '') || ' ' || coalesce(with_check, '')
+  FROM pg_policies WHERE tablename LIKE 'fs\_%'
+UNION ALL
+SELECT 'trigger ' || tgrelid::regclass || '.' || tgname, '', pg_get_triggerdef(t.oid)
+  FROM pg_trigger t JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = t.tgrelid
+ WHERE NOT t.tgisinternal
+UNION ALL
+SELECT 'extension', '', extversion || ' ' || extrelocatable || ' ' ||
+       coalesce(array_to_string(extcondition, ','), '')
+  FROM pg_extension WHERE extname = 'fairshare';
 
-CREATE EXTENSION fairshare;
-SELECT extversion AS fresh_version FROM pg_extension WHERE extname = 'fairshare';
-CREATE TABLE upgrade_check.fresh AS
-    SELECT upgrade_check.objects() AS o UNION ALL SELECT upgrade_check.columns();
+-- Update from 0.1.0, step by step, to the default version.
+CREATE EXTENSION fairshare VERSION '0.1.0';
+SELECT extversion FROM pg_extension WHERE extname = 'fairshare';
+ALTER EXTENSION fairshare UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'fairshare';
+CREATE TEMP TABLE updated AS SELECT * FROM fairshare_objects;
+
+-- A fresh install of the default version.
 DROP EXTENSION fairshare;
+CREATE EXTENSION fairshare;
+CREATE TEMP TABLE fresh AS SELECT * FROM fairshare_objects;
 
+SELECT count(*) > 100 AS many_objects_compared FROM fresh;
+-- Differences (none).
+(SELECT 'only after update' AS side, * FROM updated EXCEPT SELECT 'only after update', * FROM fresh)
+UNION ALL
+(SELECT 'only in fresh install', * FROM fresh EXCEPT SELECT 'only in fresh install', * FROM updated)
+ORDER BY 1, 2;
+
+-- An update keeps what users configured.
+DROP EXTENSION fairshare;
 CREATE EXTENSION fairshare VERSION '0.1.0';
 SELECT fs_set_limit('kept', max_slots => 3);
 ALTER EXTENSION fairshare UPDATE;
-SELECT extversion AS updated_version FROM pg_extension WHERE extname = 'fairshare';
-CREATE TABLE upgrade_check.updated AS
-    SELECT upgrade_check.objects() AS o UNION ALL SELECT upgrade_check.columns();
-
-SELECT 'only in fresh install' AS side, o FROM (SELECT o FROM upgrade_check.fresh EXCEPT ALL SELECT o FROM upgrade_check.updated) x
-UNION ALL
-SELECT 'only after update', o FROM (SELECT o FROM upgrade_check.updated EXCEPT ALL SELECT o FROM upgrade_check.fresh) y
-ORDER BY 1, 2;
-SELECT count(*) > 20 AS compared_many_objects FROM upgrade_check.fresh;
 SELECT tenant, max_slots FROM fs_limits;
 TRUNCATE fs_limits;
-DROP SCHEMA upgrade_check CASCADE;
-RESET client_min_messages;

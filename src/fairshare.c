@@ -19,10 +19,12 @@
 #include "fairshare.h"
 #include "gate.h"
 #include "shmem.h"
+#include "schedules.h"
 #include "slots.h"
 #include "telemetry.h"
 #include "tenant_limits.h"
 #include "tiers.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 
@@ -108,6 +110,8 @@ _PG_init(void)
 	fs_gate_init();
 	fs_telemetry_init();
 	fs_tiers_init();
+	fs_schedules_init();
+	fs_worker_init();
 	MarkGUCPrefixReserved("fairshare");
 
 	fs_shmem_request();

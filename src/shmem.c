@@ -78,6 +78,7 @@
 #include "statefile.h"
 #include "telemetry.h"
 #include "tiers.h"
+#include "worker.h"
 
 /* Entries evicted by one pass, as a share of the table (at least one). */
 #define FS_EVICT_FRACTION	0.05
@@ -150,6 +151,7 @@ fs_shmem_size(void)
 	size = add_size(size, fs_gate_shmem_size());
 	size = add_size(size, fs_telemetry_shmem_size());
 	size = add_size(size, fs_tiers_shmem_size());
+	size = add_size(size, fs_worker_shmem_size());
 	return size;
 }
 
@@ -226,6 +228,7 @@ fs_shmem_startup_hook(void)
 	fs_gate_shmem_init();
 	fs_telemetry_shmem_init();
 	fs_tiers_shmem_init();
+	fs_worker_shmem_init();
 
 	LWLockRelease(AddinShmemInitLock);
 

@@ -1,0 +1,1273 @@
+/*-------------------------------------------------------------------------
+ *
+ * schedules.c
+ *	  Durable cron schedules and exactly-once claims of their runs.
+ *
+ * A schedule (fs_schedules) is owned by the role that created it and keeps
+ * next_run_at: the next scheduled instant not yet claimed.  Claiming (the
+ * application's fs_claim_due_schedules() for schedules without a command,
+ * the worker for schedules with one) does, in the caller's transaction:
+ *
+ *	 1. lock the due schedules, FOR UPDATE SKIP LOCKED, so that concurrent
+ *		claimers take disjoint sets and never wait for each other;
+ *	 2. work out the runs per the schedule's catch-up policy, from
+ *		next_run_at up to as_of;
+ *	 3. record every run in the ledger (fs_schedule_runs), whose primary key
+ *		(schedule_id, scheduled_for) refuses a second claim of a run;
+ *	 4. advance next_run_at to the run after the last scheduled instant
+ *		handled -- computed from that instant, never from now().
+ *
+ * A run is handed out only if its ledger row was inserted by this claim, and
+ * the ledger row, the advance and whatever the caller does with the run
+ * commit or roll back together: each run is handed out once, ever, across
+ * concurrent callers, retries and restarts.  (A claimer in READ COMMITTED
+ * that finds a row updated under it re-checks it; in REPEATABLE READ it gets
+ * a serialization failure and must retry.)
+ *
+ * Security.  Users get SELECT on the tables (row-level security shows each
+ * role its own rows; members of fairshare_admin see all) and nothing else:
+ * every change goes through the C functions below, which take the calling
+ * role as the owner, then do their table work as the bootstrap superuser
+ * with search_path pinned to pg_catalog.  A role can therefore never create,
+ * change or claim another role's schedules, and in particular never change
+ * the command that runs as another role.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "parser/parser.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "cron_sql.h"
+#include "fairshare.h"
+#include "schedules.h"
+#include "tenant_limits.h"
+
+PG_FUNCTION_INFO_V1(fs_schedule);
+PG_FUNCTION_INFO_V1(fs_unschedule);
+PG_FUNCTION_INFO_V1(fs_claim_due_schedules);
+
+int			fs_catchup_tolerance_secs = 60;
+
+typedef enum FsCatchup
+{
+	FS_CATCHUP_LATEST,			/* the most recent missed run, once */
+	FS_CATCHUP_ALL,				/* every missed run, up to FS_CATCHUP_ALL_CAP */
+	FS_CATCHUP_SKIP				/* only a run that is on time */
+} FsCatchup;
+
+static const char *const catchup_names[] = {"latest", "all", "skip"};
+
+void
+fs_schedules_init(void)
+{
+	DefineCustomIntVariable("fairshare.catchup_tolerance",
+							"How late a run may be claimed and still count as on time.",
+							"Schedules with catchup 'skip' drop runs claimed later than this "
+							"after their scheduled time.",
+							&fs_catchup_tolerance_secs,
+							60, 1, 7 * 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+/* ----------------------------------------------------------------
+ * Table access as the extension's superuser
+ * ----------------------------------------------------------------
+ */
+
+typedef struct FsAsSuperuser
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+} FsAsSuperuser;
+
+/*
+ * From here on, run our own fixed queries as the bootstrap superuser with
+ * a search_path the caller cannot influence.  Errors undo both (transaction
+ * or subtransaction abort restores the user and the GUC nesting).
+ */
+static void
+fs_superuser_enter(FsAsSuperuser *s)
+{
+	GetUserIdAndSecContext(&s->save_userid, &s->save_sec_context);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
+						   s->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	s->save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
+static void
+fs_superuser_exit(FsAsSuperuser *s)
+{
+	AtEOXact_GUC(true, s->save_nestlevel);
+	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
+}
+
+/* Become the superuser and connect to SPI, for the queries below. */
+static void
+fs_tables_open(FsAsSuperuser *s)
+{
+	fs_superuser_enter(s);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+static void
+fs_tables_close(FsAsSuperuser *s)
+{
+	SPI_finish();
+	fs_superuser_exit(s);
+}
+
+typedef enum FsQuery
+{
+	Q_FIND,
+	Q_INSERT,
+	Q_INSERT_STATE,
+	Q_UPDATE,
+	Q_UPDATE_STATE,
+	Q_DELETE,
+	Q_DUE_APP,
+	Q_DUE_WORKER,
+	Q_LEDGER,
+	Q_LEDGER_CHECKED,
+	Q_ADVANCE,
+	Q_RUN_RESULT,
+	Q_LAST_RESULT,
+	Q_PRUNE,
+	FS_NUM_QUERIES
+} FsQuery;
+
+typedef struct FsQueryDef
+{
+	const char *sql;			/* %1$s is the extension's schema */
+	int			nargs;
+	Oid			argtypes[8];
+} FsQueryDef;
+
+/* Columns of the due-schedule queries, in order. */
+enum
+{
+	DUE_ID = 1, DUE_OWNER, DUE_NAME, DUE_CRON, DUE_TIMEZONE, DUE_CATCHUP,
+	DUE_NEXT_RUN_AT, DUE_TENANT, DUE_QUEUE, DUE_PAYLOAD, DUE_COMMAND
+};
+
+/*
+ * Only the state row is locked: it holds everything that decides the runs,
+ * so a claimer that re-checks a row updated under it sees consistent
+ * timing.  Index order only (no tie-break), so LIMIT reads no more rows
+ * than it returns.
+ */
+#define DUE_QUERY(filter) \
+	"SELECT st.schedule_id, s.owner, s.name, st.cron, st.timezone, st.catchup, st.next_run_at," \
+	"       s.tenant, s.queue, s.payload, s.command" \
+	"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)" \
+	" WHERE st.next_run_at <= $1 AND ($2 OR s.owner = $3) AND " filter \
+	" ORDER BY st.next_run_at LIMIT $4 FOR UPDATE OF st SKIP LOCKED"
+
+#define LEDGER_INSERT \
+	"INSERT INTO %1$s.fs_schedule_runs" \
+	"       (schedule_id, scheduled_for, owner, name, state, missed_since, claimed_at)" \
+	"SELECT u.schedule_id, u.scheduled_for, u.owner, u.name, u.state, u.missed_since, $7" \
+	"  FROM unnest($1, $2, $3, $4, $5, $6)" \
+	"       AS u(schedule_id, scheduled_for, owner, name, state, missed_since)"
+
+static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
+	[Q_FIND] = {
+		"SELECT s.schedule_id, st.cron, st.timezone, st.last_scheduled_for, st.next_run_at"
+		"  FROM %1$s.fs_schedules s JOIN %1$s.fs_schedule_state st USING (schedule_id)"
+		" WHERE s.owner = $1 AND s.name = $2 FOR UPDATE",
+		2, {NAMEOID, TEXTOID}
+	},
+	[Q_INSERT] = {
+		"INSERT INTO %1$s.fs_schedules (owner, name, payload, tenant, queue, command)"
+		" VALUES ($1, $2, $3, $4, $5, $6)"
+		" ON CONFLICT (owner, name) DO NOTHING RETURNING schedule_id",
+		6, {NAMEOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TEXTOID}
+	},
+	[Q_INSERT_STATE] = {
+		"INSERT INTO %1$s.fs_schedule_state"
+		"       (schedule_id, cron, timezone, catchup, has_command, next_run_at)"
+		" VALUES ($1, $2, $3, $4, $5, $6)",
+		6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TIMESTAMPTZOID}
+	},
+	[Q_UPDATE] = {
+		"UPDATE %1$s.fs_schedules SET payload = $2, tenant = $3, queue = $4, command = $5,"
+		"       updated_at = now()"
+		" WHERE schedule_id = $1",
+		5, {INT8OID, JSONBOID, TEXTOID, TEXTOID, TEXTOID}
+	},
+	[Q_UPDATE_STATE] = {
+		"UPDATE %1$s.fs_schedule_state SET cron = $2, timezone = $3, catchup = $4,"
+		"       has_command = $5, next_run_at = $6"
+		" WHERE schedule_id = $1",
+		6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TIMESTAMPTZOID}
+	},
+	[Q_DELETE] = {
+		"DELETE FROM %1$s.fs_schedules WHERE owner = $1 AND name = $2",
+		2, {NAMEOID, TEXTOID}
+	},
+	[Q_DUE_APP] = {
+		DUE_QUERY("NOT st.has_command"),
+		4, {TIMESTAMPTZOID, BOOLOID, NAMEOID, INT4OID}
+	},
+	[Q_DUE_WORKER] = {
+		DUE_QUERY("st.has_command AND ($5 = 0 OR st.schedule_id = $5)"),
+		5, {TIMESTAMPTZOID, BOOLOID, NAMEOID, INT4OID, INT8OID}
+	},
+	[Q_LEDGER] = {
+		LEDGER_INSERT,
+		7, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
+	},
+	[Q_LEDGER_CHECKED] = {
+		LEDGER_INSERT
+		" ON CONFLICT (schedule_id, scheduled_for) DO NOTHING"
+		" RETURNING schedule_id, scheduled_for",
+		7, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
+	},
+	[Q_ADVANCE] = {
+		"UPDATE %1$s.fs_schedule_state AS st"
+		"   SET next_run_at = u.next_run_at,"
+		"       last_scheduled_for = COALESCE(u.last_for, st.last_scheduled_for),"
+		"       last_run_state = COALESCE(u.state, st.last_run_state),"
+		"       last_run_finished_at = CASE WHEN u.state IS NULL"
+		"                                   THEN st.last_run_finished_at END,"
+		"       last_error = COALESCE(u.error, st.last_error),"
+		"       last_error_at = CASE WHEN u.error IS NULL THEN st.last_error_at ELSE $6 END"
+		"  FROM unnest($1, $2, $3, $4, $5) AS u(schedule_id, next_run_at, last_for, state, error)"
+		" WHERE st.schedule_id = u.schedule_id",
+		6, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TIMESTAMPTZOID}
+	},
+	[Q_RUN_RESULT] = {
+		"UPDATE %1$s.fs_schedule_runs SET state = $3, finished_at = $4, error = $5"
+		" WHERE schedule_id = $1 AND scheduled_for = $2",
+		5, {INT8OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TEXTOID}
+	},
+	[Q_LAST_RESULT] = {
+		"UPDATE %1$s.fs_schedule_state"
+		"   SET last_run_state = $3, last_run_finished_at = $4,"
+		"       last_error = COALESCE($5, last_error),"
+		"       last_error_at = CASE WHEN $5 IS NULL THEN last_error_at ELSE $4 END"
+		" WHERE schedule_id = $1 AND last_scheduled_for = $2",
+		5, {INT8OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TEXTOID}
+	},
+	[Q_PRUNE] = {
+		"DELETE FROM %1$s.fs_schedule_runs WHERE ctid = ANY (ARRAY("
+		"  SELECT ctid FROM %1$s.fs_schedule_runs WHERE claimed_at < $1 LIMIT $2))",
+		2, {TIMESTAMPTZOID, INT4OID}
+	}
+};
+
+static SPIPlanPtr plans[FS_NUM_QUERIES];
+static Oid	plans_extension = InvalidOid;
+
+/* A prepared plan for query q, for the extension as installed now. */
+static SPIPlanPtr
+fs_plan(FsQuery q)
+{
+	Oid			extoid = get_extension_oid("fairshare", false);
+	char	   *sql;
+	int			i;
+
+	if (extoid != plans_extension)
+	{
+		/* Installed again since: the schema may differ. */
+		for (i = 0; i < FS_NUM_QUERIES; i++)
+			if (plans[i] != NULL)
+			{
+				SPI_freeplan(plans[i]);
+				plans[i] = NULL;
+			}
+		plans_extension = extoid;
+	}
+	if (plans[q] != NULL)
+		return plans[q];
+
+	sql = psprintf(query_defs[q].sql, quote_identifier(fs_extension_schema()));
+	plans[q] = SPI_prepare(sql, query_defs[q].nargs, (Oid *) query_defs[q].argtypes);
+	if (plans[q] == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+	SPI_keepplan(plans[q]);
+	pfree(sql);
+	return plans[q];
+}
+
+static int
+fs_execute(FsQuery q, Datum *values, const char *nulls, bool read_only, long count)
+{
+	int			ret = SPI_execute_plan(fs_plan(q), values, nulls, read_only, count);
+
+	if (ret < 0)
+		elog(ERROR, "fairshare query %d failed: %s", (int) q, SPI_result_code_string(ret));
+	return ret;
+}
+
+bool
+fs_schedules_ready(void)
+{
+	Oid			extoid = get_extension_oid("fairshare", true);
+
+	if (!OidIsValid(extoid))
+		return false;
+	return OidIsValid(get_relname_relid("fs_schedules", fs_get_extension_schema(extoid)));
+}
+
+bool
+fs_sees_all_schedules(Oid role)
+{
+	Oid			admin = get_role_oid(FS_ADMIN_ROLE, true);
+
+	return superuser_arg(role) || (OidIsValid(admin) && is_member_of_role(role, admin));
+}
+
+/* ----------------------------------------------------------------
+ * fs_schedule(), fs_unschedule()
+ * ----------------------------------------------------------------
+ */
+
+static text *
+fs_required_text(FunctionCallInfo fcinfo, int argno, const char *what, const char *hint)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what),
+				 errhint("%s", hint)));
+	return PG_GETARG_TEXT_PP(argno);
+}
+
+static char *
+fs_schedule_name_arg(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *arg = fs_required_text(fcinfo, argno, "schedule name",
+									   "Name the schedule, for example 'nightly-report'.");
+	int			len = VARSIZE_ANY_EXHDR(arg);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("schedule name must not be empty"),
+				 errhint("Name the schedule, for example 'nightly-report'.")));
+	if (len > FS_SCHEDULE_NAME_MAXLEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("schedule name is %d bytes long, longer than the limit of %d bytes",
+						len, FS_SCHEDULE_NAME_MAXLEN),
+				 errhint("Use a shorter name.")));
+	return text_to_cstring(arg);
+}
+
+static FsCatchup
+fs_catchup_from_string(const char *s)
+{
+	int			i;
+
+	for (i = 0; i < (int) lengthof(catchup_names); i++)
+		if (strcmp(s, catchup_names[i]) == 0)
+			return (FsCatchup) i;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("catchup must be 'latest', 'all' or 'skip', got \"%s\"", s),
+			 errhint("'latest' runs the most recent missed run once, 'all' every missed run "
+					 "(at most %d), 'skip' none.", FS_CATCHUP_ALL_CAP)));
+	return FS_CATCHUP_LATEST;	/* not reached */
+}
+
+/* Point a syntax error in a command at the command, not at the query. */
+static void
+fs_command_error_callback(void *arg)
+{
+	int			pos = geterrposition();
+
+	if (pos > 0)
+	{
+		errposition(0);
+		internalerrposition(pos);
+		internalerrquery((const char *) arg);
+	}
+	errcontext("command of the schedule");
+}
+
+/* A command must be SQL that parses, with at least one statement. */
+static void
+fs_check_command(const char *command)
+{
+	ErrorContextCallback callback;
+	List	   *statements;
+
+	callback.callback = fs_command_error_callback;
+	callback.arg = (void *) command;
+	callback.previous = error_context_stack;
+	error_context_stack = &callback;
+	statements = raw_parser(command, RAW_PARSE_DEFAULT);
+	error_context_stack = callback.previous;
+
+	if (statements == NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command has no SQL statement"),
+				 errhint("Pass SQL to run at each run, or NULL to claim the runs with fs_claim_due_schedules().")));
+}
+
+static Datum
+fs_text_or_null(const char *s, char *null_flag)
+{
+	*null_flag = s ? ' ' : 'n';
+	return s ? CStringGetTextDatum(s) : (Datum) 0;
+}
+
+/* Arguments of Q_INSERT_STATE and Q_UPDATE_STATE. */
+static void
+fs_schedule_state_args(Datum *args, char *nulls, int64 schedule_id, const char *cron,
+					   const char *zone, const char *catchup, bool has_command,
+					   Datum next_run_at, bool never)
+{
+	memset(nulls, ' ', 6);
+	args[0] = Int64GetDatum(schedule_id);
+	args[1] = CStringGetTextDatum(cron);
+	args[2] = CStringGetTextDatum(zone);
+	args[3] = CStringGetTextDatum(catchup);
+	args[4] = BoolGetDatum(has_command);
+	args[5] = next_run_at;
+	nulls[5] = never ? 'n' : ' ';
+}
+
+/*
+ * The first run of a new or changed schedule, or an error if there is none:
+ * a schedule that can never run is rejected.
+ */
+static TimestampTz
+fs_first_run(const FsCron *cron, pg_tz *zone, const char *cron_text, TimestampTz after)
+{
+	TimestampTz next = 0;
+
+	switch (fs_cron_next_run(cron, zone, after, &next))
+	{
+		case FS_NEXT_RUN_FOUND:
+			return next;
+		case FS_NEXT_RUN_NEVER:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("schedule \"%s\" in time zone \"%s\" would never run",
+							cron_text, pg_get_timezone_name(zone)),
+					 errdetail("It has no run within %d years after %s.",
+							   FS_CRON_HORIZON_YEARS, timestamptz_to_str(after)),
+					 errhint("Check that the days, months and times named exist in that time zone.")));
+			break;
+		case FS_NEXT_RUN_FAILED:
+			break;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+			 errmsg("cannot compute runs in time zone \"%s\" after %s",
+					pg_get_timezone_name(zone), timestamptz_to_str(after)),
+			 errhint("Check fairshare.debug_clock and the server clock.")));
+	return 0;					/* not reached */
+}
+
+/*
+ * fs_schedule(name, cron, timezone, payload, tenant, queue, command, catchup)
+ *		RETURNS bigint
+ *
+ * Creates the calling role's schedule of that name, or changes it.  A new
+ * expression or zone takes effect from now (or from the last claimed run,
+ * if that is later); other changes keep the pending next run.
+ */
+Datum
+fs_schedule(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	text	   *cron_arg;
+	char	   *cron_text;
+	FsCron		cron;
+	pg_tz	   *zone;
+	const char *zone_name;
+	Jsonb	   *payload;
+	char		tenant[FS_NAME_BUFLEN];
+	char		queue[FS_NAME_BUFLEN];
+	char	   *command = NULL;
+	char	   *catchup;
+	NameData	owner;
+	TimestampTz now = fs_now();
+	FsAsSuperuser su;
+	int64		schedule_id = 0;
+	int			attempt;
+
+	fs_check_loaded();
+	name = fs_schedule_name_arg(fcinfo, 0);
+	cron_arg = fs_required_text(fcinfo, 1, "cron expression",
+								"Pass five fields such as '0 3 * * *', or a shorthand such as '@daily'.");
+	fs_cron_parse_text(cron_arg, &cron);
+	cron_text = text_to_cstring(cron_arg);
+	zone = fs_cron_zone_text(fs_required_text(fcinfo, 2, "time zone",
+											  "Pass a time zone name such as 'UTC' or 'Europe/London'."));
+	zone_name = pg_get_timezone_name(zone);
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payload must not be null"),
+				 errhint("Pass '{}' for a schedule without a payload.")));
+	payload = PG_GETARG_JSONB_P(3);
+	if (!PG_ARGISNULL(4))
+		fs_text_name(PG_GETARG_TEXT_PP(4), "tenant", tenant);
+	fs_name_arg(fcinfo, 5, "queue", queue);
+	if (!PG_ARGISNULL(6))
+	{
+		command = text_to_cstring(PG_GETARG_TEXT_PP(6));
+		fs_check_command(command);
+	}
+	catchup = text_to_cstring(fs_required_text(fcinfo, 7, "catchup",
+											   "Pass 'latest', 'all' or 'skip'."));
+	(void) fs_catchup_from_string(catchup);
+	namestrcpy(&owner, GetUserNameFromId(GetUserId(), false));
+
+	fs_tables_open(&su);
+
+	/*
+	 * Lock the existing row and update it, or insert a new one.  A
+	 * concurrent insert of the same name makes ours do nothing: then the
+	 * row exists, and the second attempt finds and updates it.
+	 */
+	for (attempt = 0; attempt < 2 && schedule_id == 0; attempt++)
+	{
+		Datum		args[8];
+		char		nulls[8];
+
+		args[0] = NameGetDatum(&owner);
+		args[1] = CStringGetTextDatum(name);
+		fs_execute(Q_FIND, args, NULL, false, 1);
+		if (SPI_processed == 1)
+		{
+			HeapTuple	row = SPI_tuptable->vals[0];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+			char	   *old_cron = SPI_getvalue(row, desc, 2);
+			char	   *old_zone = SPI_getvalue(row, desc, 3);
+			Datum		last_for = SPI_getbinval(row, desc, 4, &isnull);
+			bool		no_last = isnull;
+			Datum		next = SPI_getbinval(row, desc, 5, &isnull);
+			bool		no_next = isnull;
+
+			schedule_id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+			if (strcmp(old_cron, cron_text) != 0 || strcmp(old_zone, zone_name) != 0)
+			{
+				TimestampTz from = now;
+
+				/* Never hand out again an instant that was claimed. */
+				if (!no_last && DatumGetTimestampTz(last_for) > from)
+					from = DatumGetTimestampTz(last_for);
+				next = TimestampTzGetDatum(fs_first_run(&cron, zone, cron_text, from));
+				no_next = false;
+			}
+			memset(nulls, ' ', sizeof(nulls));
+			args[0] = Int64GetDatum(schedule_id);
+			args[1] = JsonbPGetDatum(payload);
+			args[2] = fs_text_or_null(PG_ARGISNULL(4) ? NULL : tenant, &nulls[2]);
+			args[3] = CStringGetTextDatum(queue);
+			args[4] = fs_text_or_null(command, &nulls[4]);
+			fs_execute(Q_UPDATE, args, nulls, false, 0);
+			fs_schedule_state_args(args, nulls, schedule_id, cron_text, zone_name, catchup,
+								   command != NULL, next, no_next);
+			fs_execute(Q_UPDATE_STATE, args, nulls, false, 0);
+		}
+		else
+		{
+			memset(nulls, ' ', sizeof(nulls));
+			args[2] = JsonbPGetDatum(payload);
+			args[3] = fs_text_or_null(PG_ARGISNULL(4) ? NULL : tenant, &nulls[3]);
+			args[4] = CStringGetTextDatum(queue);
+			args[5] = fs_text_or_null(command, &nulls[5]);
+			fs_execute(Q_INSERT, args, nulls, false, 0);
+			if (SPI_processed == 1)
+			{
+				bool		isnull;
+				TimestampTz first = fs_first_run(&cron, zone, cron_text, now);
+
+				schedule_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+														  SPI_tuptable->tupdesc, 1, &isnull));
+				fs_schedule_state_args(args, nulls, schedule_id, cron_text, zone_name, catchup,
+									   command != NULL, TimestampTzGetDatum(first), false);
+				fs_execute(Q_INSERT_STATE, args, nulls, false, 0);
+			}
+		}
+	}
+	if (schedule_id == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("schedule \"%s\" was changed concurrently", name),
+				 errhint("Retry the transaction.")));
+
+	fs_tables_close(&su);
+	PG_RETURN_INT64(schedule_id);
+}
+
+/*
+ * fs_unschedule(name) RETURNS boolean
+ *
+ * Removes the calling role's schedule of that name; its past runs stay in
+ * fs_schedule_runs until they age out.
+ */
+Datum
+fs_unschedule(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	NameData	owner;
+	Datum		args[2];
+	FsAsSuperuser su;
+	bool		found;
+
+	fs_check_loaded();
+	name = fs_schedule_name_arg(fcinfo, 0);
+	namestrcpy(&owner, GetUserNameFromId(GetUserId(), false));
+
+	fs_tables_open(&su);
+	args[0] = NameGetDatum(&owner);
+	args[1] = CStringGetTextDatum(name);
+	fs_execute(Q_DELETE, args, NULL, false, 0);
+	found = SPI_processed > 0;
+	fs_tables_close(&su);
+	PG_RETURN_BOOL(found);
+}
+
+/* ----------------------------------------------------------------
+ * Due runs and catch-up
+ * ----------------------------------------------------------------
+ */
+
+/* What one claim does with one schedule. */
+typedef struct FsDue
+{
+	int			nruns;			/* runs to hand out, in order */
+	TimestampTz runs[FS_CATCHUP_ALL_CAP];
+	bool		skipped;		/* 'skip' dropped the run at last_for */
+	bool		has_missed;		/* runs before the first were dropped ... */
+	TimestampTz missed_since;	/* ... from this one on */
+	bool		has_last;
+	TimestampTz last_for;		/* the last instant handled: the new base */
+	bool		has_next;
+	TimestampTz next;			/* the new next_run_at (none: never again) */
+	const char *error;			/* the schedule cannot be computed any more */
+} FsDue;
+
+typedef struct FsStepper
+{
+	const FsCron *cron;
+	pg_tz	   *zone;
+	bool		failed;
+} FsStepper;
+
+/* The first run after `after`; DT_NOEND when there is none. */
+static TimestampTz
+fs_step(FsStepper *st, TimestampTz after)
+{
+	TimestampTz next;
+
+	switch (fs_cron_next_run(st->cron, st->zone, after, &next))
+	{
+		case FS_NEXT_RUN_FOUND:
+			return next;
+		case FS_NEXT_RUN_NEVER:
+			return DT_NOEND;
+		case FS_NEXT_RUN_FAILED:
+			st->failed = true;
+			break;
+	}
+	return DT_NOEND;
+}
+
+/* Runs in (x, as_of], counted up to limit. */
+static int
+fs_count_runs(FsStepper *st, TimestampTz x, TimestampTz as_of, int limit)
+{
+	int			n = 0;
+	TimestampTz t = fs_step(st, x);
+
+	while (t <= as_of && n < limit)
+	{
+		n++;
+		t = fs_step(st, t);
+	}
+	return n;
+}
+
+/*
+ * The runs due at as_of for a schedule whose next pending run is `pending`.
+ * Searches are bounded: the latest due run and the start of the last
+ * FS_CATCHUP_ALL_CAP ones are found by bisection on the time axis (runs
+ * are whole seconds), never by walking every missed run.
+ */
+static void
+fs_due_runs(FsStepper *st, FsCatchup catchup, TimestampTz pending, TimestampTz as_of,
+			FsDue *due)
+{
+	TimestampTz first;
+	TimestampTz latest;
+	TimestampTz lo;
+	TimestampTz hi;
+
+	memset(due, 0, sizeof(*due));
+
+	/* `pending` is a run unless the zone's rules changed under it. */
+	first = fs_step(st, pending - 1);
+	if (st->failed)
+		return;
+	if (first > as_of)
+	{
+		/* Nothing is due after all: only move next_run_at to the truth. */
+		due->has_next = first != DT_NOEND;
+		due->next = first;
+		return;
+	}
+
+	/* latest = the last run <= as_of: the largest lo with step(lo) <= as_of. */
+	lo = first;
+	latest = fs_step(st, first);
+	if (latest <= as_of)
+	{
+		hi = as_of;
+		while (hi - lo > USECS_PER_SEC && !st->failed)
+		{
+			TimestampTz mid = lo + (hi - lo) / 2;
+
+			if (fs_step(st, mid) <= as_of)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		latest = fs_step(st, lo);
+	}
+	else
+		latest = first;
+
+	due->has_last = true;
+	due->last_for = latest;
+	due->next = fs_step(st, latest);
+	due->has_next = due->next != DT_NOEND;
+
+	switch (catchup)
+	{
+		case FS_CATCHUP_LATEST:
+			due->runs[due->nruns++] = latest;
+			break;
+		case FS_CATCHUP_SKIP:
+			if (as_of - latest <= (TimestampTz) fs_catchup_tolerance_secs * USECS_PER_SEC)
+				due->runs[due->nruns++] = latest;
+			else
+				due->skipped = true;
+			break;
+		case FS_CATCHUP_ALL:
+			if (fs_count_runs(st, pending - 1, as_of, FS_CATCHUP_ALL_CAP + 1) <= FS_CATCHUP_ALL_CAP)
+				lo = pending - 1;
+			else
+			{
+				/* The last CAP runs start after the largest lo with CAP runs in (lo, as_of]. */
+				lo = first;
+				hi = latest;
+				while (hi - lo > USECS_PER_SEC && !st->failed)
+				{
+					TimestampTz mid = lo + (hi - lo) / 2;
+
+					if (fs_count_runs(st, mid, as_of, FS_CATCHUP_ALL_CAP) >= FS_CATCHUP_ALL_CAP)
+						lo = mid;
+					else
+						hi = mid;
+				}
+			}
+			for (hi = fs_step(st, lo); hi <= as_of && due->nruns < FS_CATCHUP_ALL_CAP;
+				 hi = fs_step(st, hi))
+				due->runs[due->nruns++] = hi;
+			break;
+	}
+	if ((due->nruns > 0 && due->runs[0] != first) || (due->skipped && latest != first))
+	{
+		due->has_missed = true;
+		due->missed_since = first;
+	}
+}
+
+/* ----------------------------------------------------------------
+ * Claiming
+ * ----------------------------------------------------------------
+ */
+
+/* Rows for the ledger insert and the schedule update, as arrays. */
+typedef struct FsClaimBatch
+{
+	int			nledger;
+	Datum	   *l_id;
+	Datum	   *l_for;
+	Datum	   *l_owner;
+	Datum	   *l_name;
+	Datum	   *l_state;
+	Datum	   *l_missed;
+	bool	   *l_missed_null;
+	int		   *l_source;		/* row of the due query; -1 for 'skipped' rows */
+
+	int			nadvance;
+	Datum	   *a_id;
+	Datum	   *a_next;
+	bool	   *a_next_null;
+	Datum	   *a_last;
+	bool	   *a_last_null;
+	Datum	   *a_state;
+	bool	   *a_state_null;
+	Datum	   *a_error;
+	bool	   *a_error_null;
+} FsClaimBatch;
+
+static void
+fs_batch_init(FsClaimBatch *b, Size nschedules, Size max_ledger)
+{
+	memset(b, 0, sizeof(*b));
+	b->l_id = palloc(sizeof(Datum) * max_ledger);
+	b->l_for = palloc(sizeof(Datum) * max_ledger);
+	b->l_owner = palloc(sizeof(Datum) * max_ledger);
+	b->l_name = palloc(sizeof(Datum) * max_ledger);
+	b->l_state = palloc(sizeof(Datum) * max_ledger);
+	b->l_missed = palloc(sizeof(Datum) * max_ledger);
+	b->l_missed_null = palloc(sizeof(bool) * max_ledger);
+	b->l_source = palloc(sizeof(int) * max_ledger);
+	b->a_id = palloc(sizeof(Datum) * nschedules);
+	b->a_next = palloc(sizeof(Datum) * nschedules);
+	b->a_next_null = palloc(sizeof(bool) * nschedules);
+	b->a_last = palloc(sizeof(Datum) * nschedules);
+	b->a_last_null = palloc(sizeof(bool) * nschedules);
+	b->a_state = palloc(sizeof(Datum) * nschedules);
+	b->a_state_null = palloc(sizeof(bool) * nschedules);
+	b->a_error = palloc(sizeof(Datum) * nschedules);
+	b->a_error_null = palloc(sizeof(bool) * nschedules);
+}
+
+static void
+fs_batch_ledger(FsClaimBatch *b, Datum id, TimestampTz t, Datum owner, Datum name,
+				const char *state, bool has_missed, TimestampTz missed_since, int source)
+{
+	int			i = b->nledger++;
+
+	b->l_id[i] = id;
+	b->l_for[i] = TimestampTzGetDatum(t);
+	b->l_owner[i] = owner;
+	b->l_name[i] = name;
+	b->l_state[i] = CStringGetTextDatum(state);
+	b->l_missed[i] = TimestampTzGetDatum(missed_since);
+	b->l_missed_null[i] = !has_missed;
+	b->l_source[i] = source;
+}
+
+static Datum
+fs_array(Datum *values, bool *nulls, int n, Oid elemtype)
+{
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs, elemtype,
+											  typlen, typbyval, typalign));
+}
+
+/* Key of a ledger row, to find which rows a claim inserted. */
+typedef struct FsRunKey
+{
+	int64		schedule_id;
+	TimestampTz scheduled_for;
+} FsRunKey;
+
+/*
+ * Insert the ledger rows.  Normally none exists yet, and a plain insert is
+ * much cheaper than ON CONFLICT; if one does (next_run_at was moved back by
+ * hand), the plain insert fails, is rolled back, and the rows are inserted
+ * again skipping those already there.  Returns NULL when every row was
+ * inserted, or the set (FsRunKey) of the rows that were.
+ */
+static HTAB *
+fs_insert_ledger(Datum *args, int nrows)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	HASHCTL		ctl;
+	HTAB	   *inserted;
+	uint64		r;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		fs_execute(Q_LEDGER, args, NULL, false, 0);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
+			PG_RE_THROW();
+		FlushErrorState();
+		FreeErrorData(edata);
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		nrows = -1;
+	}
+	PG_END_TRY();
+	if (nrows >= 0)
+		return NULL;
+
+	fs_execute(Q_LEDGER_CHECKED, args, NULL, false, 0);
+	ctl.keysize = sizeof(FsRunKey);
+	ctl.entrysize = sizeof(FsRunKey);
+	ctl.hcxt = CurrentMemoryContext;
+	inserted = hash_create("fairshare inserted runs", Max(SPI_processed, 16), &ctl,
+						   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	for (r = 0; r < SPI_processed; r++)
+	{
+		FsRunKey	key;
+		bool		isnull;
+
+		memset(&key, 0, sizeof(key));
+		key.schedule_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+													  SPI_tuptable->tupdesc, 1, &isnull));
+		key.scheduled_for = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[r],
+															  SPI_tuptable->tupdesc, 2, &isnull));
+		hash_search(inserted, &key, HASH_ENTER, NULL);
+	}
+	return inserted;
+}
+
+static char *
+fs_copy_text(HeapTuple row, TupleDesc desc, int column, MemoryContext into)
+{
+	bool		isnull;
+	Datum		value = SPI_getbinval(row, desc, column, &isnull);
+	MemoryContext old;
+	char	   *result;
+
+	if (isnull)
+		return NULL;
+	old = MemoryContextSwitchTo(into);
+	result = TextDatumGetCString(value);
+	MemoryContextSwitchTo(old);
+	return result;
+}
+
+int
+fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, TimestampTz as_of,
+			  Oid claimer, bool all_owners, FsClaimedRun **runs_out)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	FsAsSuperuser su;
+	NameData	claimer_name;
+	Datum		args[7];
+	char		nulls[7];
+	SPITupleTable *due;
+	uint64		ndue;
+	uint64		i;
+	FsClaimBatch batch;
+	int			nclaimed = 0;
+	HTAB	   *inserted = NULL;
+	FsClaimedRun *runs;
+	int			nruns = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	*runs_out = NULL;
+	if (max_runs <= 0)
+		return 0;
+	namestrcpy(&claimer_name, GetUserNameFromId(claimer, false));
+
+	fs_tables_open(&su);
+
+	/*
+	 * A large claim sorts and joins as many rows as it claims: let it do so
+	 * in memory (this ends with the claim, like the search_path above).
+	 */
+	if (max_runs > 10000)
+		(void) set_config_option("work_mem", "64MB", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+
+	args[0] = TimestampTzGetDatum(as_of);
+	args[1] = BoolGetDatum(all_owners);
+	args[2] = NameGetDatum(&claimer_name);
+	args[3] = Int32GetDatum(max_runs);
+	args[4] = Int64GetDatum(only_schedule_id);
+	fs_execute(with_command ? Q_DUE_WORKER : Q_DUE_APP, args, NULL, false, 0);
+	due = SPI_tuptable;
+	ndue = SPI_processed;
+	/* Each schedule gives at most CAP runs, or one 'skipped' row. */
+	fs_batch_init(&batch, (Size) Max(ndue, 1),
+				  (Size) Min((uint64) max_runs + ndue, ndue * FS_CATCHUP_ALL_CAP + 1));
+
+	for (i = 0; i < ndue && nclaimed < max_runs; i++)
+	{
+		HeapTuple	row = due->vals[i];
+		TupleDesc	desc = due->tupdesc;
+		bool		isnull;
+		Datum		id = SPI_getbinval(row, desc, DUE_ID, &isnull);
+		Datum		owner_name = SPI_getbinval(row, desc, DUE_OWNER, &isnull);
+		Datum		owner = CStringGetTextDatum(NameStr(*DatumGetName(owner_name)));
+		Datum		name = SPI_getbinval(row, desc, DUE_NAME, &isnull);
+		char	   *cron_text = TextDatumGetCString(SPI_getbinval(row, desc, DUE_CRON, &isnull));
+		char	   *zone_name = TextDatumGetCString(SPI_getbinval(row, desc, DUE_TIMEZONE, &isnull));
+		char	   *catchup_text = TextDatumGetCString(SPI_getbinval(row, desc, DUE_CATCHUP, &isnull));
+		TimestampTz pending = DatumGetTimestampTz(SPI_getbinval(row, desc, DUE_NEXT_RUN_AT, &isnull));
+		FsCron		cron;
+		FsCronError cron_error;
+		FsStepper	st;
+		FsDue		d;
+		int			a = batch.nadvance;
+		int			k;
+
+		memset(&d, 0, sizeof(d));
+		st.cron = &cron;
+		st.failed = false;
+		st.zone = fs_cron_find_zone(zone_name);
+		if (st.zone == NULL)
+			d.error = psprintf("time zone \"%s\" is no longer known to PostgreSQL; the schedule stopped",
+							   zone_name);
+		else if (!fs_cron_parse_cstring(cron_text, &cron, &cron_error))
+			d.error = psprintf("cron expression \"%s\" is no longer valid (%s); the schedule stopped",
+							   cron_text, cron_error.detail);
+		else
+		{
+			fs_due_runs(&st, fs_catchup_from_string(catchup_text), pending, as_of, &d);
+			if (st.failed)
+			{
+				memset(&d, 0, sizeof(d));
+				d.error = psprintf("cannot compute the runs of \"%s\" in time zone \"%s\" after %s; the schedule stopped",
+								   cron_text, zone_name, timestamptz_to_str(pending));
+			}
+		}
+
+		/* Within max_runs: claim the first runs, leave the rest pending. */
+		if (d.nruns > max_runs - nclaimed)
+		{
+			d.nruns = max_runs - nclaimed;
+			d.has_next = true;
+			d.next = d.runs[d.nruns];
+			d.last_for = d.runs[d.nruns - 1];
+		}
+
+		for (k = 0; k < d.nruns; k++)
+			fs_batch_ledger(&batch, id, d.runs[k], owner, name, "claimed",
+							k == 0 && d.has_missed, d.missed_since, (int) i);
+		nclaimed += d.nruns;
+		if (d.skipped)
+			fs_batch_ledger(&batch, id, d.last_for, owner, name, "skipped",
+							d.has_missed, d.missed_since, -1);
+
+		batch.a_id[a] = id;
+		batch.a_next[a] = TimestampTzGetDatum(d.next);
+		batch.a_next_null[a] = !d.has_next;
+		batch.a_last[a] = TimestampTzGetDatum(d.last_for);
+		batch.a_last_null[a] = !d.has_last;
+		batch.a_state[a] = CStringGetTextDatum(d.nruns > 0 ? "claimed" : "skipped");
+		batch.a_state_null[a] = !(d.nruns > 0 || d.skipped);
+		batch.a_error[a] = d.error ? CStringGetTextDatum(d.error) : (Datum) 0;
+		batch.a_error_null[a] = d.error == NULL;
+		batch.nadvance++;
+		if (d.error)
+			ereport(WARNING,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s", d.error),
+					 errhint("Call fs_schedule() again for schedule \"%s\" of role \"%s\" with a valid expression and time zone.",
+							 TextDatumGetCString(name), NameStr(*DatumGetName(owner_name)))));
+	}
+
+	if (batch.nledger > 0)
+	{
+		args[0] = fs_array(batch.l_id, NULL, batch.nledger, INT8OID);
+		args[1] = fs_array(batch.l_for, NULL, batch.nledger, TIMESTAMPTZOID);
+		args[2] = fs_array(batch.l_owner, NULL, batch.nledger, TEXTOID);
+		args[3] = fs_array(batch.l_name, NULL, batch.nledger, TEXTOID);
+		args[4] = fs_array(batch.l_state, NULL, batch.nledger, TEXTOID);
+		args[5] = fs_array(batch.l_missed, batch.l_missed_null, batch.nledger, TIMESTAMPTZOID);
+		args[6] = TimestampTzGetDatum(now);
+		inserted = fs_insert_ledger(args, batch.nledger);
+	}
+
+	if (batch.nadvance > 0)
+	{
+		args[0] = fs_array(batch.a_id, NULL, batch.nadvance, INT8OID);
+		args[1] = fs_array(batch.a_next, batch.a_next_null, batch.nadvance, TIMESTAMPTZOID);
+		args[2] = fs_array(batch.a_last, batch.a_last_null, batch.nadvance, TIMESTAMPTZOID);
+		args[3] = fs_array(batch.a_state, batch.a_state_null, batch.nadvance, TEXTOID);
+		args[4] = fs_array(batch.a_error, batch.a_error_null, batch.nadvance, TEXTOID);
+		args[5] = TimestampTzGetDatum(now);
+		memset(nulls, ' ', sizeof(nulls));
+		fs_execute(Q_ADVANCE, args, nulls, false, 0);
+	}
+
+	/* Hand out the claimed runs, copied out of SPI's memory. */
+	runs = MemoryContextAlloc(caller, sizeof(FsClaimedRun) * Max(nclaimed, 1));
+	for (i = 0; i < (uint64) batch.nledger; i++)
+	{
+		int			source = batch.l_source[i];
+		HeapTuple	row;
+		TupleDesc	desc = due->tupdesc;
+		FsClaimedRun *run;
+		bool		isnull;
+		Datum		payload;
+		MemoryContext old;
+
+		if (source < 0)
+			continue;
+		if (inserted != NULL)
+		{
+			FsRunKey	key;
+
+			memset(&key, 0, sizeof(key));
+			key.schedule_id = DatumGetInt64(batch.l_id[i]);
+			key.scheduled_for = DatumGetTimestampTz(batch.l_for[i]);
+			if (hash_search(inserted, &key, HASH_FIND, NULL) == NULL)
+				continue;
+		}
+		row = due->vals[source];
+		run = &runs[nruns++];
+		run->schedule_id = DatumGetInt64(batch.l_id[i]);
+		run->scheduled_for = DatumGetTimestampTz(batch.l_for[i]);
+		old = MemoryContextSwitchTo(caller);
+		run->owner = TextDatumGetCString(batch.l_owner[i]);
+		MemoryContextSwitchTo(old);
+		run->name = fs_copy_text(row, desc, DUE_NAME, caller);
+		run->tenant = fs_copy_text(row, desc, DUE_TENANT, caller);
+		run->queue = fs_copy_text(row, desc, DUE_QUEUE, caller);
+		run->command = fs_copy_text(row, desc, DUE_COMMAND, caller);
+		payload = SPI_getbinval(row, desc, DUE_PAYLOAD, &isnull);
+		old = MemoryContextSwitchTo(caller);
+		run->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
+		MemoryContextSwitchTo(old);
+	}
+
+	fs_tables_close(&su);
+	*runs_out = runs;
+	return nruns;
+}
+
+/*
+ * fs_claim_due_schedules(max_runs int DEFAULT 1000, as_of timestamptz DEFAULT now())
+ *		RETURNS TABLE(schedule_id bigint, name text, tenant text, queue text,
+ *					  scheduled_for timestamptz, payload jsonb)
+ *
+ * Claims the due runs of schedules without a command: the calling role's,
+ * or every role's for a superuser or a member of fairshare_admin.
+ */
+Datum
+fs_claim_due_schedules(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int32		max_runs;
+	TimestampTz as_of;
+	FsClaimedRun *runs;
+	int			nruns;
+	int			i;
+	Oid			claimer = GetUserId();
+
+	fs_check_loaded();
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("max_runs must not be null"),
+				 errhint("Pass how many runs to claim at most, for example 1000.")));
+	max_runs = PG_GETARG_INT32(0);
+	if (max_runs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_runs must not be negative, got %d", max_runs),
+				 errhint("Pass how many runs to claim at most, for example 1000.")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("as_of must not be null"),
+				 errhint("Leave it out to claim the runs due now.")));
+	as_of = PG_GETARG_TIMESTAMPTZ(1);
+	if (TIMESTAMP_NOT_FINITE(as_of))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("as_of must be a finite time"),
+				 errhint("Leave it out to claim the runs due now.")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	nruns = fs_claim_runs(false, 0, max_runs, as_of, claimer, fs_sees_all_schedules(claimer),
+						  &runs);
+	for (i = 0; i < nruns; i++)
+	{
+		Datum		values[6];
+		bool		nulls[6] = {false, false, false, false, false, false};
+
+		values[0] = Int64GetDatum(runs[i].schedule_id);
+		values[1] = CStringGetTextDatum(runs[i].name);
+		values[2] = runs[i].tenant ? CStringGetTextDatum(runs[i].tenant) : (Datum) 0;
+		nulls[2] = runs[i].tenant == NULL;
+		values[3] = CStringGetTextDatum(runs[i].queue);
+		values[4] = TimestampTzGetDatum(runs[i].scheduled_for);
+		values[5] = runs[i].payload;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * Worker bookkeeping
+ * ----------------------------------------------------------------
+ */
+
+void
+fs_finish_run(const FsClaimedRun *run, const char *error)
+{
+	FsAsSuperuser su;
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+
+	fs_tables_open(&su);
+	args[0] = Int64GetDatum(run->schedule_id);
+	args[1] = TimestampTzGetDatum(run->scheduled_for);
+	args[2] = CStringGetTextDatum(error ? "failed" : "succeeded");
+	args[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[4] = fs_text_or_null(error, &nulls[4]);
+	fs_execute(Q_RUN_RESULT, args, nulls, false, 0);
+	fs_execute(Q_LAST_RESULT, args, nulls, false, 0);
+	fs_tables_close(&su);
+}
+
+uint64
+fs_prune_runs(TimestampTz before, int limit)
+{
+	FsAsSuperuser su;
+	Datum		args[2];
+	uint64		deleted;
+
+	fs_tables_open(&su);
+	args[0] = TimestampTzGetDatum(before);
+	args[1] = Int32GetDatum(limit);
+	fs_execute(Q_PRUNE, args, NULL, false, 0);
+	deleted = SPI_processed;
+	fs_tables_close(&su);
+	return deleted;
+}

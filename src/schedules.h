@@ -1,0 +1,66 @@
+/*-------------------------------------------------------------------------
+ *
+ * schedules.h
+ *	  Durable cron schedules: fs_schedule(), fs_unschedule(), and claiming
+ *	  due runs exactly once (fs_claim_due_schedules() and the worker).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_SCHEDULES_H
+#define FAIRSHARE_SCHEDULES_H
+
+#include "postgres.h"
+
+#include "utils/timestamp.h"
+
+/* Longest schedule name, in bytes. */
+#define FS_SCHEDULE_NAME_MAXLEN		200
+
+/* Most missed runs one claim makes up for with catchup 'all'. */
+#define FS_CATCHUP_ALL_CAP			100
+
+/* Members of this role see every role's schedules and runs. */
+#define FS_ADMIN_ROLE				"fairshare_admin"
+
+/* A run handed out by fs_claim_runs(), in the caller's memory context. */
+typedef struct FsClaimedRun
+{
+	int64		schedule_id;
+	TimestampTz scheduled_for;
+	char	   *owner;
+	char	   *name;
+	char	   *tenant;			/* NULL: no tenant */
+	char	   *queue;
+	Datum		payload;		/* jsonb */
+	char	   *command;		/* NULL: the application runs it */
+} FsClaimedRun;
+
+/* GUCs */
+extern int	fs_catchup_tolerance_secs;
+
+extern void fs_schedules_init(void);
+
+/*
+ * Claim up to max_runs due runs as of `as_of`: of schedules with a command
+ * (the worker's; only_schedule_id, if not 0, restricts to one) or without
+ * one (the application's), of every owner or of `claimer` only.  Records
+ * each run in the ledger and advances the schedules, in the caller's
+ * transaction.  Returns the number of runs.
+ */
+extern int	fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs,
+						  TimestampTz as_of, Oid claimer, bool all_owners,
+						  FsClaimedRun **runs);
+
+/* Record how a worker run ended (error NULL: it succeeded). */
+extern void fs_finish_run(const FsClaimedRun *run, const char *error);
+
+/* Delete ledger rows claimed before `before`; returns how many. */
+extern uint64 fs_prune_runs(TimestampTz before, int limit);
+
+/* Does `role` see every owner's schedules (superuser or admin member)? */
+extern bool fs_sees_all_schedules(Oid role);
+
+/* Is the schedules part of the extension installed in this database? */
+extern bool fs_schedules_ready(void);
+
+#endif							/* FAIRSHARE_SCHEDULES_H */

@@ -1,0 +1,937 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  fairshare's background worker.
+ *
+ * Two processes, one of each per cluster, neither on a standby:
+ *
+ *	 - the launcher ("fairshare launcher"), registered at server start and
+ *	   connected to no database.  It sweeps expired leases and saves the
+ *	   running state file periodically (both are cluster-wide), waits until
+ *	   fairshare.database exists, and starts the scheduler there.  Not being
+ *	   bound to a database lets it wait for one quietly, and follow a change
+ *	   of fairshare.database without a restart.
+ *
+ *	 - the scheduler ("fairshare scheduler"), a dynamic worker connected to
+ *	   fairshare.database.  At each minute boundary it claims the due runs
+ *	   of schedules that have a command, one run per transaction, and runs
+ *	   each command as the schedule's owner (fs_run_command()).  It waits
+ *	   while the extension is not installed there, and exits when
+ *	   fairshare.database changes (the launcher starts the next one).
+ *
+ * The time is fs_now(): fairshare.debug_clock moves it in tests, and a
+ * reload wakes the scheduler at once, so tests need not wait for minutes.
+ *
+ * A small shared struct says who runs (one scheduler at a time, even if a
+ * launcher is restarted while its scheduler lives on) and what they did,
+ * for the fs_scheduler view.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/pg_database.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_db_role_setting.h"
+#include "commands/async.h"
+#include "commands/dbcommands.h"
+#include "commands/prepare.h"
+#include "commands/sequence.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "tcop/tcopprot.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timeout.h"
+#include "utils/wait_event.h"
+
+#include "fairshare.h"
+#include "schedules.h"
+#include "slots.h"
+#include "statefile.h"
+#include "worker.h"
+
+PG_FUNCTION_INFO_V1(fs_current_run);
+PG_FUNCTION_INFO_V1(fs_scheduler_state);
+
+PGDLLEXPORT void fs_launcher_main(Datum main_arg);
+PGDLLEXPORT void fs_scheduler_main(Datum main_arg);
+
+/* How long the launcher waits before starting a scheduler again. */
+#define FS_SCHEDULER_RESTART_SECS	5
+/* How often it looks for fairshare.database and for a lost scheduler. */
+#define FS_LAUNCHER_POLL_SECS		5
+/* Ledger rows deleted per pass at most, so a pass stays short. */
+#define FS_PRUNE_BATCH				10000
+
+bool		fs_worker_enabled = true;
+char	   *fs_worker_database = NULL;
+int			fs_sweep_interval_ms = 1000;
+int			fs_state_save_interval_secs = 30;
+int			fs_command_timeout_ms = 5 * 60 * 1000;
+int			fs_run_retention_secs = 7 * 24 * 3600;
+
+/* The run being executed, for fs_current_run(); empty outside a run. */
+static char *run_schedule_id = NULL;
+static char *run_name = NULL;
+static char *run_scheduled_for = NULL;
+static char *run_payload = NULL;
+static char *run_tenant = NULL;
+static char *run_queue = NULL;
+
+typedef enum FsWorkerState
+{
+	FS_WORKER_STOPPED = 0,
+	FS_WORKER_DISABLED,			/* fairshare.database is empty */
+	FS_WORKER_WAITING_DATABASE,
+	FS_WORKER_STARTING,
+	FS_WORKER_WAITING_EXTENSION,
+	FS_WORKER_IDLE,				/* between minutes */
+	FS_WORKER_RUNNING			/* claiming and running */
+} FsWorkerState;
+
+static const char *const worker_state_names[] = {
+	"stopped", "disabled", "waiting for database", "starting",
+	"waiting for extension", "idle", "running"
+};
+
+typedef struct FsWorkerShared
+{
+	slock_t		mutex;			/* protects everything below */
+	pid_t		launcher_pid;
+	pid_t		scheduler_pid;
+	FsWorkerState state;
+	char		database[NAMEDATALEN];
+	TimestampTz last_sweep_at;
+	uint64		leases_swept;
+	TimestampTz last_save_at;
+	TimestampTz last_pass_at;	/* fs_now() of the last pass */
+	int64		last_pass_usecs;
+	uint64		last_pass_runs;
+	uint64		runs_succeeded;
+	uint64		runs_failed;
+	uint64		runs_pruned;
+} FsWorkerShared;
+
+static FsWorkerShared *fs_worker_shared = NULL;
+
+/* ----------------------------------------------------------------
+ * Set-up
+ * ----------------------------------------------------------------
+ */
+
+Size
+fs_worker_shmem_size(void)
+{
+	return MAXALIGN(sizeof(FsWorkerShared));
+}
+
+/* Called by shmem.c with AddinShmemInitLock held. */
+void
+fs_worker_shmem_init(void)
+{
+	bool		found;
+
+	fs_worker_shared = ShmemInitStruct("fairshare worker", sizeof(FsWorkerShared), &found);
+	if (!found)
+	{
+		memset(fs_worker_shared, 0, sizeof(FsWorkerShared));
+		SpinLockInit(&fs_worker_shared->mutex);
+	}
+}
+
+static void
+fs_define_run_guc(const char *name, const char *description, char **variable)
+{
+	DefineCustomStringVariable(name, description,
+							   "Set by the background worker while it runs a schedule's command; "
+							   "empty otherwise.  See also fs_current_run().",
+							   variable, "",
+							   PGC_SUSET,
+							   GUC_NOT_IN_SAMPLE | GUC_DISALLOW_IN_FILE | GUC_DISALLOW_IN_AUTO_FILE |
+							   GUC_NO_RESET_ALL,
+							   NULL, NULL, NULL);
+}
+
+void
+fs_worker_init(void)
+{
+	BackgroundWorker worker;
+
+	DefineCustomBoolVariable("fairshare.worker",
+							 "Starts fairshare's background worker.",
+							 "It sweeps expired leases, saves the state file periodically and runs "
+							 "the schedules of fairshare.database.",
+							 &fs_worker_enabled,
+							 true,
+							 PGC_POSTMASTER, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("fairshare.database",
+							   "Database whose schedules the background worker runs.",
+							   "Empty: run no schedules.  The worker waits until the database "
+							   "exists and has the extension.",
+							   &fs_worker_database,
+							   "postgres",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("fairshare.sweep_interval",
+							"How often the background worker frees expired leases.",
+							NULL,
+							&fs_sweep_interval_ms,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("fairshare.state_save_interval",
+							"How often the background worker saves the running state file.",
+							"After a crash, leases in the last saved file re-register when renewed.  "
+							"0 turns periodic saves off.",
+							&fs_state_save_interval_secs,
+							30, 0, 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("fairshare.command_timeout",
+							"Longest time a schedule's command may run.",
+							"A command that runs longer is cancelled and its run recorded as failed.  "
+							"0 means no limit.",
+							&fs_command_timeout_ms,
+							5 * 60 * 1000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("fairshare.run_retention",
+							"How long runs are kept in fs_schedule_runs.",
+							"The scheduler deletes older runs.  0 keeps them forever.",
+							&fs_run_retention_secs,
+							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	fs_define_run_guc("fairshare.run_schedule_id", "Id of the schedule being run.",
+					  &run_schedule_id);
+	fs_define_run_guc("fairshare.run_name", "Name of the schedule being run.", &run_name);
+	fs_define_run_guc("fairshare.run_scheduled_for",
+					  "Scheduled time of the run (timestamptz, ISO format).", &run_scheduled_for);
+	fs_define_run_guc("fairshare.run_payload", "Payload of the run (jsonb text).", &run_payload);
+	fs_define_run_guc("fairshare.run_tenant", "Tenant of the run (empty: none).", &run_tenant);
+	fs_define_run_guc("fairshare.run_queue", "Queue of the run.", &run_queue);
+
+	if (!fs_worker_enabled)
+		return;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	/* Not on a standby: it starts once recovery is over (at promotion). */
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 10;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "fairshare");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "fs_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "fairshare launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "fairshare launcher");
+	RegisterBackgroundWorker(&worker);
+}
+
+static void
+fs_worker_set_state(FsWorkerState state)
+{
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	fs_worker_shared->state = state;
+	SpinLockRelease(&fs_worker_shared->mutex);
+}
+
+/* Milliseconds from now until `when` (at least 0, at most a minute). */
+static long
+fs_ms_until(TimestampTz now, TimestampTz when)
+{
+	int64		ms = (when - now + 999) / 1000;
+
+	return (long) Max(0, Min(ms, 60 * 1000));
+}
+
+/* ----------------------------------------------------------------
+ * The launcher
+ * ----------------------------------------------------------------
+ */
+
+static void
+fs_launcher_detach(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+{
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	if (fs_worker_shared->launcher_pid == MyProcPid)
+		fs_worker_shared->launcher_pid = 0;
+	SpinLockRelease(&fs_worker_shared->mutex);
+}
+
+/*
+ * The database of that name that accepts connections, or InvalidOid.  A
+ * heap scan: without a database, the launcher has no relcache entries for
+ * catalog indexes until some other process has written the shared init
+ * file.
+ */
+static Oid
+fs_find_database(const char *name)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+	Oid			result = InvalidOid;
+
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+
+		if (strcmp(NameStr(db->datname), name) != 0)
+			continue;
+#ifdef DATCONNLIMIT_INVALID_DB
+		if (db->datconnlimit == DATCONNLIMIT_INVALID_DB)
+			break;
+#endif
+		if (db->datallowconn)
+			result = db->oid;
+		break;
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+	return result;
+}
+
+/*
+ * Start the scheduler when none runs and fairshare.database exists.
+ * Returns when to look again.
+ */
+static TimestampTz
+fs_launcher_supervise(TimestampTz now)
+{
+	static BackgroundWorkerHandle *handle = NULL;
+	static TimestampTz retry_at = 0;
+	static char waiting_logged[NAMEDATALEN] = "";
+	BackgroundWorker worker;
+	pid_t		pid;
+	pid_t		scheduler_pid;
+	Oid			dboid;
+
+	if (handle != NULL && GetBackgroundWorkerPid(handle, &pid) == BGWH_STOPPED)
+	{
+		pfree(handle);
+		handle = NULL;
+		retry_at = now + (TimestampTz) FS_SCHEDULER_RESTART_SECS * USECS_PER_SEC;
+	}
+
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	scheduler_pid = fs_worker_shared->scheduler_pid;
+	strlcpy(fs_worker_shared->database, fs_worker_database, NAMEDATALEN);
+	SpinLockRelease(&fs_worker_shared->mutex);
+
+	/* Running (a scheduler for another database leaves on reload), or starting. */
+	if (scheduler_pid != 0 || handle != NULL)
+		return now + (TimestampTz) FS_LAUNCHER_POLL_SECS * USECS_PER_SEC;
+	if (fs_worker_database[0] == '\0')
+	{
+		fs_worker_set_state(FS_WORKER_DISABLED);
+		return now + (TimestampTz) 60 * USECS_PER_SEC;
+	}
+	if (now < retry_at)
+		return retry_at;
+
+	dboid = fs_find_database(fs_worker_database);
+	if (!OidIsValid(dboid))
+	{
+		fs_worker_set_state(FS_WORKER_WAITING_DATABASE);
+		if (strcmp(waiting_logged, fs_worker_database) != 0)
+		{
+			ereport(LOG,
+					(errmsg("fairshare is waiting for database \"%s\" to exist and accept connections to run its schedules",
+							fs_worker_database),
+					 errhint("Create the database, or set fairshare.database to an existing one and reload.")));
+			strlcpy(waiting_logged, fs_worker_database, NAMEDATALEN);
+		}
+		retry_at = now + (TimestampTz) FS_LAUNCHER_POLL_SECS * USECS_PER_SEC;
+		return retry_at;
+	}
+	waiting_logged[0] = '\0';
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	worker.bgw_main_arg = ObjectIdGetDatum(dboid);
+	worker.bgw_notify_pid = MyProcPid;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "fairshare");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "fs_scheduler_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "fairshare scheduler");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "fairshare scheduler");
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	{
+		handle = NULL;
+		retry_at = now + (TimestampTz) 60 * USECS_PER_SEC;
+		ereport(WARNING,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("fairshare could not start its scheduler: no background worker slot is free"),
+				 errhint("Raise max_worker_processes and restart the server.")));
+		return retry_at;
+	}
+	fs_worker_set_state(FS_WORKER_STARTING);
+	return now + (TimestampTz) FS_LAUNCHER_POLL_SECS * USECS_PER_SEC;
+}
+
+void
+fs_launcher_main(Datum main_arg pg_attribute_unused())
+{
+	MemoryContext loop_context;
+	TimestampTz next_sweep = 0;
+	TimestampTz next_save = 0;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* No database: shared catalogs (pg_database) are all it reads. */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	fs_worker_shared->launcher_pid = MyProcPid;
+	SpinLockRelease(&fs_worker_shared->mutex);
+	before_shmem_exit(fs_launcher_detach, (Datum) 0);
+
+	loop_context = AllocSetContextCreate(TopMemoryContext, "fairshare launcher",
+										 ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		TimestampTz now;
+		TimestampTz wake;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		MemoryContextReset(loop_context);
+		MemoryContextSwitchTo(loop_context);
+
+		now = GetCurrentTimestamp();
+		if (now >= next_sweep)
+		{
+			int			freed = fs_sweep_expired_leases(fs_now());
+
+			SpinLockAcquire(&fs_worker_shared->mutex);
+			fs_worker_shared->last_sweep_at = now;
+			fs_worker_shared->leases_swept += freed;
+			SpinLockRelease(&fs_worker_shared->mutex);
+			next_sweep = now + (TimestampTz) fs_sweep_interval_ms * 1000;
+		}
+		if (fs_state_save_interval_secs > 0 && fs_save_state && now >= next_save)
+		{
+			if (fs_statefile_save(FS_STATE_RUNNING, LOG))
+			{
+				SpinLockAcquire(&fs_worker_shared->mutex);
+				fs_worker_shared->last_save_at = now;
+				SpinLockRelease(&fs_worker_shared->mutex);
+			}
+			next_save = now + (TimestampTz) fs_state_save_interval_secs * USECS_PER_SEC;
+		}
+		else if (fs_state_save_interval_secs == 0 || !fs_save_state)
+			next_save = now + (TimestampTz) 60 * USECS_PER_SEC;
+
+		wake = fs_launcher_supervise(now);
+		wake = Min(wake, Min(next_sweep, next_save));
+
+		MemoryContextSwitchTo(TopMemoryContext);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 fs_ms_until(GetCurrentTimestamp(), wake), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* ----------------------------------------------------------------
+ * Running a command as its owner
+ * ----------------------------------------------------------------
+ */
+
+static void
+fs_set_run_guc(const char *name, const char *value)
+{
+	(void) set_config_option(name, value ? value : "", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+}
+
+/*
+ * The settings the owner would get at login here (ALTER ROLE ... SET, and
+ * ... IN DATABASE ... SET), applied like SET commands so that they end with
+ * the run.  Run as the owner, inside the security-restricted operation, so
+ * that a stored "role" setting cannot take effect.
+ */
+static void
+fs_apply_owner_settings(Oid owner)
+{
+	Relation	settings = table_open(DbRoleSettingRelationId, AccessShareLock);
+	Snapshot	snapshot = RegisterSnapshot(GetCatalogSnapshot(DbRoleSettingRelationId));
+
+	ApplySetting(snapshot, InvalidOid, owner, settings, PGC_S_SESSION);
+	ApplySetting(snapshot, MyDatabaseId, owner, settings, PGC_S_SESSION);
+	UnregisterSnapshot(snapshot);
+	table_close(settings, AccessShareLock);
+}
+
+/*
+ * Undo what a command may have left in this session, so that nothing of
+ * one owner's run reaches the next one or the worker's own queries: SET
+ * without LOCAL, prepared statements, LISTEN, session advisory locks,
+ * sequence state (currval, lastval).  Temporary objects, SET ROLE and
+ * cursors WITH HOLD are refused to commands in the first place.
+ */
+static void
+fs_reset_session(void)
+{
+	ResetAllOptions();
+	DropAllPreparedStatements();
+	Async_UnlistenAll();
+	LockReleaseAll(USER_LOCKMETHOD, true);
+	ResetSequenceCaches();
+}
+
+/*
+ * Run the command of `run` as its owner in a subtransaction.  Returns NULL
+ * when it succeeded, or its error message (the subtransaction is rolled
+ * back: a failing command undoes only its own work).
+ *
+ * Privilege: the command runs with the owner as the current user, in a
+ * security-restricted operation (SECURITY_LOCAL_USERID_CHANGE and
+ * SECURITY_RESTRICTED_OPERATION, as for maintenance commands on a table's
+ * owner's behalf): SET ROLE, SET SESSION AUTHORIZATION and temporary
+ * objects are refused, so the worker's own superuser session cannot be
+ * reached from it.  Its GUCs start from the server's defaults plus the
+ * owner's role settings (fs_reset_session() ran after the previous run).
+ */
+static char *
+fs_run_command(const FsClaimedRun *run)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Oid			owner_oid = get_role_oid(run->owner, true);
+	char	   *error = NULL;
+
+	if (!OidIsValid(owner_oid))
+		return psprintf("role \"%s\" does not exist any more", run->owner);
+
+	BeginInternalSubTransaction("fairshare run");
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		int			nestlevel = NewGUCNestLevel();
+		Oid			save_userid;
+		int			save_sec_context;
+		char	   *payload = JsonbToCString(NULL, &DatumGetJsonbP(run->payload)->root,
+											 VARSIZE(DatumGetPointer(run->payload)));
+
+		fs_set_run_guc("fairshare.run_schedule_id",
+					   psprintf(INT64_FORMAT, run->schedule_id));
+		fs_set_run_guc("fairshare.run_name", run->name);
+		/* ISO whatever DateStyle says, so that it reads back the same. */
+		fs_set_run_guc("fairshare.run_scheduled_for", timestamptz_to_str(run->scheduled_for));
+		fs_set_run_guc("fairshare.run_payload", payload);
+		fs_set_run_guc("fairshare.run_tenant", run->tenant);
+		fs_set_run_guc("fairshare.run_queue", run->queue);
+
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		SetUserIdAndSecContext(owner_oid, save_sec_context |
+							   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+		fs_apply_owner_settings(owner_oid);
+
+		if (fs_command_timeout_ms > 0)
+			enable_timeout_after(STATEMENT_TIMEOUT, fs_command_timeout_ms);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		if (SPI_execute(run->command, false, 0) < 0)
+			elog(ERROR, "the command of schedule \"%s\" could not be run", run->name);
+		SPI_finish();
+		disable_timeout(STATEMENT_TIMEOUT, false);
+
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		AtEOXact_GUC(true, nestlevel);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		disable_timeout(STATEMENT_TIMEOUT, false);
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		error = psprintf("%s (SQLSTATE %s)", edata->message, unpack_sql_state(edata->sqlerrcode));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return error;
+}
+
+/* ----------------------------------------------------------------
+ * The scheduler
+ * ----------------------------------------------------------------
+ */
+
+static void
+fs_scheduler_detach(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+{
+	pid_t		launcher;
+
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	if (fs_worker_shared->scheduler_pid == MyProcPid)
+	{
+		fs_worker_shared->scheduler_pid = 0;
+		fs_worker_shared->state = FS_WORKER_STOPPED;
+	}
+	launcher = fs_worker_shared->launcher_pid;
+	SpinLockRelease(&fs_worker_shared->mutex);
+
+	/* A launcher that did not start this scheduler is not notified otherwise. */
+	if (launcher != 0)
+		kill(launcher, SIGUSR1);
+}
+
+static void
+fs_count_run(bool failed)
+{
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	if (failed)
+		fs_worker_shared->runs_failed++;
+	else
+		fs_worker_shared->runs_succeeded++;
+	SpinLockRelease(&fs_worker_shared->mutex);
+}
+
+static void
+fs_log_failed_run(const FsClaimedRun *run, const char *error)
+{
+	ereport(LOG,
+			(errmsg("fairshare schedule \"%s\" of role \"%s\" failed its run for %s: %s",
+					run->name, run->owner, timestamptz_to_str(run->scheduled_for), error)));
+}
+
+/*
+ * One run, in its own transaction: claim it, run its command, record how
+ * it went.  Returns false when nothing was due.
+ *
+ * If the transaction itself fails after the command (a command can leave
+ * it unable to commit: a deferred constraint, SET TRANSACTION READ ONLY),
+ * everything rolls back, and the run is claimed again in a new transaction
+ * and recorded as failed without running the command again, so that no
+ * command can stall the scheduler or make it loop on one run.
+ */
+static bool
+fs_scheduler_run_one(TimestampTz as_of)
+{
+	MemoryContext context = CurrentMemoryContext;
+	volatile int64 schedule_id = 0;
+	volatile TimestampTz scheduled_for = 0;
+	char	   *volatile error = NULL;
+	volatile bool found = false;
+	FsClaimedRun *claimed = NULL;
+
+	PG_TRY();
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, "fairshare: claiming a due run");
+		if (fs_claim_runs(true, 0, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed) == 1)
+		{
+			char	   *failure;
+
+			found = true;
+			schedule_id = claimed->schedule_id;
+			scheduled_for = claimed->scheduled_for;
+			pgstat_report_activity(STATE_RUNNING, claimed->command);
+			failure = fs_run_command(claimed);
+			error = failure;
+			fs_reset_session();
+			fs_finish_run(claimed, failure);
+			if (failure != NULL)
+				fs_log_failed_run(claimed, failure);
+		}
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		char	   *failure;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		if (schedule_id == 0)
+			ReThrowError(edata);
+		failure = psprintf("the run's transaction failed after its command: %s (SQLSTATE %s)",
+						   edata->message, unpack_sql_state(edata->sqlerrcode));
+		error = failure;
+
+		/* Consume the run as failed; an error here ends the scheduler. */
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		fs_reset_session();
+		if (fs_claim_runs(true, schedule_id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed) == 1 &&
+			claimed->scheduled_for == scheduled_for)
+		{
+			fs_finish_run(claimed, failure);
+			fs_log_failed_run(claimed, failure);
+		}
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	PG_END_TRY();
+
+	if (found)
+		fs_count_run(error != NULL);
+	return found;
+}
+
+/* Is the extension, with its schedules, installed in this database? */
+static bool
+fs_scheduler_ready(void)
+{
+	bool		ready;
+
+	StartTransactionCommand();
+	ready = fs_schedules_ready();
+	CommitTransactionCommand();
+	return ready;
+}
+
+/* Claim and run everything due at as_of; then delete old ledger rows. */
+static void
+fs_scheduler_pass(TimestampTz as_of)
+{
+	TimestampTz started = GetCurrentTimestamp();
+	uint64		runs = 0;
+	uint64		pruned = 0;
+
+	fs_worker_set_state(FS_WORKER_RUNNING);
+	while (fs_scheduler_run_one(as_of))
+	{
+		runs++;
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	if (fs_run_retention_secs > 0)
+	{
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pruned = fs_prune_runs(GetCurrentTimestamp() -
+							   (TimestampTz) fs_run_retention_secs * USECS_PER_SEC,
+							   FS_PRUNE_BATCH);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	fs_worker_shared->last_pass_at = as_of;
+	fs_worker_shared->last_pass_usecs = GetCurrentTimestamp() - started;
+	fs_worker_shared->last_pass_runs = runs;
+	fs_worker_shared->runs_pruned += pruned;
+	fs_worker_shared->state = FS_WORKER_IDLE;
+	SpinLockRelease(&fs_worker_shared->mutex);
+}
+
+void
+fs_scheduler_main(Datum main_arg)
+{
+	Oid			dboid = DatumGetObjectId(main_arg);
+	char	   *dbname;
+	bool		waiting_logged = false;
+	bool		attached;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	/* One scheduler per cluster, even across a launcher restart. */
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	attached = fs_worker_shared->scheduler_pid == 0;
+	if (attached)
+		fs_worker_shared->scheduler_pid = MyProcPid;
+	SpinLockRelease(&fs_worker_shared->mutex);
+	if (!attached)
+	{
+		ereport(LOG, (errmsg("fairshare scheduler not started: another one is running")));
+		proc_exit(0);
+	}
+	before_shmem_exit(fs_scheduler_detach, (Datum) 0);
+
+	StartTransactionCommand();
+	dbname = MemoryContextStrdup(TopMemoryContext, get_database_name(dboid));
+	CommitTransactionCommand();
+	SetConfigOption("application_name", "fairshare scheduler", PGC_USERSET, PGC_S_OVERRIDE);
+	ereport(LOG, (errmsg("fairshare scheduler started in database \"%s\"", dbname)));
+
+	for (;;)
+	{
+		TimestampTz as_of;
+		TimestampTz next;
+		long		timeout;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			if (strcmp(fs_worker_database, dbname) != 0)
+			{
+				ereport(LOG,
+						(errmsg("fairshare scheduler stopping in database \"%s\": fairshare.database is now \"%s\"",
+								dbname, fs_worker_database)));
+				proc_exit(0);
+			}
+		}
+
+		as_of = fs_now();
+		if (RecoveryInProgress())
+			fs_worker_set_state(FS_WORKER_STOPPED);
+		else if (!fs_scheduler_ready())
+		{
+			fs_worker_set_state(FS_WORKER_WAITING_EXTENSION);
+			if (!waiting_logged)
+				ereport(LOG,
+						(errmsg("fairshare scheduler is waiting for the extension in database \"%s\"",
+								dbname),
+						 errhint("Run CREATE EXTENSION fairshare (or ALTER EXTENSION fairshare UPDATE) there.")));
+			waiting_logged = true;
+		}
+		else
+		{
+			waiting_logged = false;
+			fs_scheduler_pass(as_of);
+		}
+
+		/*
+		 * Sleep to the next minute boundary after as_of: runs are on whole
+		 * minutes.  A pass that ran past it goes again at once.  With
+		 * fairshare.debug_clock the clock only moves on reload, which sets
+		 * the latch.
+		 */
+		next = (as_of / (60 * USECS_PER_SEC) + 1) * (60 * USECS_PER_SEC);
+		timeout = fs_debug_clock > 0 ? 60 * 1000L : fs_ms_until(fs_now(), next);
+		if (timeout > 0)
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 timeout, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* ----------------------------------------------------------------
+ * SQL functions
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * fs_current_run() RETURNS record: the run whose command is executing, or
+ * a row of NULLs outside one.
+ */
+Datum
+fs_current_run(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[6];
+	bool		nulls[6] = {true, true, true, true, true, true};
+
+	fs_check_loaded();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	if (run_schedule_id != NULL && run_schedule_id[0] != '\0')
+	{
+		values[0] = DirectFunctionCall1(int8in, CStringGetDatum(run_schedule_id));
+		values[1] = CStringGetTextDatum(run_name);
+		values[2] = CStringGetTextDatum(run_tenant);
+		nulls[2] = run_tenant[0] == '\0';
+		values[3] = CStringGetTextDatum(run_queue);
+		values[4] = DirectFunctionCall3(timestamptz_in, CStringGetDatum(run_scheduled_for),
+										ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+		values[5] = DirectFunctionCall1(jsonb_in, CStringGetDatum(run_payload));
+		memset(nulls, 0, sizeof(nulls));
+		nulls[2] = run_tenant[0] == '\0';
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/* fs_scheduler_state(): one row about the launcher and the scheduler. */
+Datum
+fs_scheduler_state(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	FsWorkerShared copy;
+	Datum		values[14];
+	bool		nulls[14];
+	int			i = 0;
+
+	fs_check_loaded();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	memcpy(&copy, fs_worker_shared, sizeof(copy));
+	SpinLockRelease(&fs_worker_shared->mutex);
+
+	memset(nulls, 0, sizeof(nulls));
+	values[i] = Int32GetDatum(copy.launcher_pid);
+	nulls[i++] = copy.launcher_pid == 0;
+	values[i] = Int32GetDatum(copy.scheduler_pid);
+	nulls[i++] = copy.scheduler_pid == 0;
+	values[i++] = CStringGetTextDatum(copy.database);
+	values[i++] = CStringGetTextDatum(worker_state_names[copy.state]);
+	values[i] = TimestampTzGetDatum(copy.last_pass_at);
+	nulls[i++] = copy.last_pass_at == 0;
+	values[i] = Float8GetDatum((float8) copy.last_pass_usecs / 1000.0);
+	nulls[i++] = copy.last_pass_at == 0;
+	values[i++] = Int64GetDatum((int64) copy.last_pass_runs);
+	values[i++] = Int64GetDatum((int64) copy.runs_succeeded);
+	values[i++] = Int64GetDatum((int64) copy.runs_failed);
+	values[i++] = Int64GetDatum((int64) copy.runs_pruned);
+	values[i] = TimestampTzGetDatum(copy.last_sweep_at);
+	nulls[i++] = copy.last_sweep_at == 0;
+	values[i++] = Int64GetDatum((int64) copy.leases_swept);
+	values[i] = TimestampTzGetDatum(copy.last_save_at);
+	nulls[i++] = copy.last_save_at == 0;
+	values[i++] = BoolGetDatum(fs_worker_enabled);
+	Assert(i == lengthof(values));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}

@@ -1,0 +1,28 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.h
+ *	  fairshare's background worker: the launcher (lease sweeps, state file
+ *	  saves, supervising the scheduler) and the scheduler (runs due
+ *	  schedules of fairshare.database each minute).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_WORKER_H
+#define FAIRSHARE_WORKER_H
+
+#include "postgres.h"
+
+/* GUCs */
+extern bool fs_worker_enabled;
+extern char *fs_worker_database;
+extern int	fs_sweep_interval_ms;
+extern int	fs_state_save_interval_secs;
+extern int	fs_command_timeout_ms;
+extern int	fs_run_retention_secs;
+
+/* Defines the GUCs and, at server start, registers the launcher. */
+extern void fs_worker_init(void);
+extern Size fs_worker_shmem_size(void);
+extern void fs_worker_shmem_init(void);
+
+#endif							/* FAIRSHARE_WORKER_H */

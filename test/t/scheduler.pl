@@ -1,0 +1,239 @@
+# The background worker: waits for its database and for the extension, runs
+# each due command once as its owner, isolates failures and owners from
+# each other, survives a crash in the middle of a run without losing or
+# doubling it, honours the command timeout, follows fairshare.database on
+# reload, and does not run on a standby.
+#
+# Time is driven with fairshare.debug_clock: ALTER SYSTEM, then a reload,
+# which wakes the scheduler at once.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $src = $ENV{FS_SRC} or die "FS_SRC is not set";
+my $t0 = 1704067200;    # 2024-01-01 00:00:00 UTC
+
+my $node = PostgreSQL::Test::Cluster->new('scheduler');
+$node->init(allows_streaming => 1);
+$node->append_conf('postgresql.conf', slurp_file("$src/test/fairshare.conf"));
+$node->append_conf('postgresql.conf', qq{
+fairshare.database = 'app'
+fairshare.debug_clock = $t0
+fairshare.sweep_interval = '100ms'
+fairshare.state_save_interval = '1s'
+log_min_messages = log
+});
+$node->start;
+
+# Set the clock to minute $m after $t0 and wait until the scheduler is done
+# with that minute.
+sub advance_to_minute
+{
+	my ($m) = @_;
+	my $at = $t0 + 60 * $m;
+	$node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = $at; SELECT pg_reload_conf();");
+	$node->poll_query_until('app',
+		"SELECT last_pass_at = to_timestamp($at) AND state = 'idle' FROM fs_scheduler")
+	  or die "the scheduler did not finish minute $m";
+}
+
+# --- Waiting for the database and the extension -----------------------------
+
+$node->wait_for_log(qr/fairshare is waiting for database "app" to exist/);
+pass('the launcher waits for a database that does not exist yet');
+
+$node->safe_psql('postgres', 'CREATE DATABASE app');
+$node->wait_for_log(qr/fairshare scheduler started in database "app"/);
+$node->wait_for_log(qr/fairshare scheduler is waiting for the extension in database "app"/);
+pass('then starts the scheduler there, which waits for the extension');
+
+$node->safe_psql('app', q{
+	SET client_min_messages = warning;
+	CREATE EXTENSION fairshare;
+	SELECT pg_reload_conf();
+});
+$node->poll_query_until('app', "SELECT state = 'idle' FROM fs_scheduler")
+  or die "the scheduler did not notice the extension";
+is( $node->safe_psql('app',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('fairshare launcher', 'fairshare scheduler')"),
+	'2', 'one launcher and one scheduler run');
+
+# --- Owners, commands and run data --------------------------------------------
+
+$node->safe_psql('app', q{
+	CREATE ROLE alice;
+	CREATE ROLE bob;
+	CREATE TABLE alice_runs (who name, schedule text, scheduled_for timestamptz,
+	                         payload jsonb, tenant text, queue text, via_guc text);
+	ALTER TABLE alice_runs OWNER TO alice;
+	CREATE TABLE bob_runs (who name, schedule text, scheduled_for timestamptz, note text);
+	ALTER TABLE bob_runs OWNER TO bob;
+	-- What an unqualified call resolves to, for the search_path check.
+	CREATE FUNCTION public.whoami() RETURNS text LANGUAGE sql AS $$ SELECT 'public' $$;
+	CREATE SCHEMA bob_evil AUTHORIZATION bob;
+});
+$node->safe_psql('app', q{
+	SET ROLE bob;
+	-- A trojan: anyone whose search_path put bob_evil first would run it.
+	GRANT USAGE ON SCHEMA bob_evil TO PUBLIC;
+	CREATE FUNCTION bob_evil.whoami() RETURNS text LANGUAGE sql AS $$ SELECT 'bob_evil' $$;
+});
+
+my $record_alice = q{INSERT INTO alice_runs
+	SELECT current_user, r.name, r.scheduled_for, r.payload, r.tenant, r.queue,
+	       current_setting('fairshare.run_scheduled_for')
+	  FROM fs_current_run() r};
+$node->safe_psql('app', qq{
+	SET ROLE alice;
+	SELECT fs_schedule('a_minutely', '* * * * *', payload => '{"n": 1}', tenant => 'acme',
+	                   queue => 'reports', command => \$\$$record_alice\$\$);
+	SELECT fs_schedule('a_fails', '* * * * *', command => 'SELECT 1/0');
+	SELECT fs_schedule('a_victim', '2 * * * *',
+	                   command => \$\$INSERT INTO alice_runs (who, schedule, via_guc) SELECT current_user, 'a_victim', whoami()\$\$);
+});
+$node->safe_psql('app', q{
+	SET ROLE bob;
+	SELECT fs_schedule('b_minutely', '* * * * *',
+	                   command => $$INSERT INTO bob_runs SELECT current_user, r.name, r.scheduled_for FROM fs_current_run() r$$);
+	SELECT fs_schedule('b_set_role', '1 * * * *', command => 'SET ROLE postgres');
+	SELECT fs_schedule('b_set_config', '1 * * * *', command => $$SELECT set_config('role', 'postgres', false)$$);
+	SELECT fs_schedule('b_session_auth', '1 * * * *', command => 'SET SESSION AUTHORIZATION postgres');
+	SELECT fs_schedule('b_read_alice', '1 * * * *', command => 'INSERT INTO bob_runs (note) SELECT who FROM alice_runs');
+	SELECT fs_schedule('b_temp', '1 * * * *', command => 'CREATE TEMP TABLE t (x int)');
+	SELECT fs_schedule('b_superuser_only', '1 * * * *', command => $$COPY bob_runs TO PROGRAM 'true'$$);
+	SELECT fs_schedule('b_prepare', '1 * * * *', command => 'PREPARE p AS SELECT 1');
+	SELECT fs_schedule('b_leak', '1 * * * *',
+	                   command => 'SET search_path = bob_evil, public; SELECT pg_advisory_lock(7)');
+});
+
+advance_to_minute(1);
+
+is( $node->safe_psql('app',
+		q{SELECT who, schedule, scheduled_for, payload, tenant, queue, via_guc::timestamptz = scheduled_for FROM alice_runs}),
+	'alice|a_minutely|2024-01-01 00:01:00+00|{"n": 1}|acme|reports|t',
+	'a command runs once, as its owner, with the run data');
+is($node->safe_psql('app', 'SELECT who, schedule FROM bob_runs'),
+	'bob|b_minutely', "another owner's command runs as that owner");
+is( $node->safe_psql('app',
+		q{SELECT name || ': ' || state || coalesce(' ' || split_part(error, ' (SQLSTATE', 1), '')
+		    FROM fs_recent_runs WHERE scheduled_for = '2024-01-01 00:01:00+00' ORDER BY name}),
+	join("\n",
+		'a_fails: failed division by zero',
+		'a_minutely: succeeded',
+		'b_leak: succeeded',
+		'b_minutely: succeeded',
+		'b_prepare: failed cannot execute PREPARE within security-restricted operation',
+		'b_read_alice: failed permission denied for table alice_runs',
+		'b_session_auth: failed cannot set parameter "session_authorization" within security-definer function',
+		'b_set_config: failed cannot set parameter "role" within security-definer function',
+		'b_set_role: failed cannot set parameter "role" within security-definer function',
+		'b_superuser_only: failed must be superuser or have privileges of the pg_execute_server_program role to COPY to or from an external program',
+		'b_temp: failed cannot create temporary table within security-restricted operation'),
+	'failing commands are recorded with their error and do not stop the others; no command escalates');
+is( $node->safe_psql('app',
+		q{SELECT last_run_state, split_part(last_error, ' (SQLSTATE', 1) FROM fs_schedule_status WHERE name = 'a_fails'}),
+	'failed|division by zero', 'the schedule shows its last error');
+
+advance_to_minute(2);
+is( $node->safe_psql('app', q{SELECT via_guc FROM alice_runs WHERE schedule = 'a_victim'}),
+	'public', "one owner's session settings do not reach another owner's command");
+is($node->safe_psql('app', q{SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'}),
+	'0', "a command's session advisory locks end with its run");
+
+# Waking up again at the same minute runs nothing twice.
+$node->reload;
+$node->poll_query_until('app', "SELECT state = 'idle' FROM fs_scheduler");
+is( $node->safe_psql('app',
+		q{SELECT count(*), count(DISTINCT scheduled_for) FROM alice_runs WHERE schedule = 'a_minutely'}),
+	'2|2', 'each run once, across wake-ups');
+
+# --- A crash in the middle of a run -------------------------------------------
+
+# a_blocked's command waits on an advisory lock this session holds; the
+# server then stops in an immediate (crash-like) way during the run.
+$node->safe_psql('app', q{
+	SET ROLE alice;
+	SELECT fs_schedule('a_blocked', '3 * * * *',
+	                   command => $$SELECT pg_advisory_xact_lock_shared(42); INSERT INTO alice_runs (who, schedule, scheduled_for) SELECT current_user, 'a_blocked', (fs_current_run()).scheduled_for$$);
+});
+my $holder = $node->background_psql('app');
+$holder->query_safe('SELECT pg_advisory_lock(42)');
+$node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = " . ($t0 + 180) . "; SELECT pg_reload_conf();");
+$node->poll_query_until('app',
+	q{SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted})
+  or die "the command did not start";
+$node->stop('immediate');
+$holder->{run}->finish;
+$node->start;
+$node->poll_query_until('app',
+	"SELECT last_pass_at = to_timestamp(" . ($t0 + 180) . ") AND state = 'idle' FROM fs_scheduler")
+  or die "the scheduler did not run minute 3 after the restart";
+is( $node->safe_psql('app',
+		q{SELECT schedule, count(*) FROM alice_runs WHERE scheduled_for = '2024-01-01 00:03:00+00' GROUP BY 1 ORDER BY 1}),
+	"a_blocked|1\na_minutely|1",
+	'a run interrupted by a crash runs once after the restart, and finished runs are not run again');
+is( $node->safe_psql('app',
+		q{SELECT count(*) FROM fs_schedule_runs WHERE scheduled_for = '2024-01-01 00:03:00+00' AND name = 'a_blocked'}),
+	'1', 'the ledger has the run once');
+
+# --- Command timeout ------------------------------------------------------------
+
+$node->safe_psql('app', q{
+	ALTER SYSTEM SET fairshare.command_timeout = '200ms';
+	SET ROLE alice;
+	SELECT fs_schedule('a_slow', '4 * * * *', command => 'SELECT pg_sleep(30)');
+});
+advance_to_minute(4);
+like(
+	$node->safe_psql('app', q{SELECT state || ' ' || error FROM fs_recent_runs WHERE name = 'a_slow'}),
+	qr/^failed canceling statement due to statement timeout/,
+	'a command running past fairshare.command_timeout is cancelled and recorded');
+
+# --- The worker's housekeeping --------------------------------------------------
+
+is( $node->safe_psql('app',
+		q{SELECT runs_succeeded > 0, runs_failed > 0, last_sweep_at IS NOT NULL,
+		         last_state_save_at IS NOT NULL FROM fs_scheduler}),
+	't|t|t|t', 'fs_scheduler counts runs; the launcher sweeps leases and saves the state file');
+my $lease = $node->safe_psql('app',
+	q{SELECT fs_acquire_slot('sweep_me', 'sweep_q', '1 second')});
+$node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = " . ($t0 + 300) . "; SELECT pg_reload_conf();");
+$node->poll_query_until('app', q{SELECT count(*) = 0 FROM fs_leases WHERE queue = 'sweep_q'})
+  or die "expired lease not swept";
+pass('the launcher frees expired leases without any decision needing the slot');
+
+# --- Following fairshare.database ---------------------------------------------
+
+$node->safe_psql('app', q{ALTER SYSTEM SET fairshare.database = 'postgres'; SELECT pg_reload_conf();});
+$node->wait_for_log(qr/fairshare scheduler started in database "postgres"/);
+is( $node->safe_psql('postgres',
+		q{SELECT datname FROM pg_stat_activity WHERE backend_type = 'fairshare scheduler'}),
+	'postgres', 'a new fairshare.database takes effect on reload');
+$node->safe_psql('postgres', q{ALTER SYSTEM SET fairshare.database = ''; SELECT pg_reload_conf();});
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'fairshare scheduler'})
+  or die "the scheduler did not stop";
+pass('an empty fairshare.database stops the scheduler');
+
+# --- Not on a standby ------------------------------------------------------------
+
+$node->backup('backup');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($node, 'backup', has_streaming => 1);
+$standby->start;
+$node->wait_for_catchup($standby);
+is( $standby->safe_psql('postgres',
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'fairshare%'}),
+	'0', 'no fairshare worker runs on a standby');
+$standby->promote;
+$standby->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'fairshare launcher'})
+  or die "no launcher after promotion";
+pass('the launcher starts when the standby is promoted');
+
+$standby->stop;
+$node->stop;
+done_testing();
