@@ -196,7 +196,7 @@ fs_shmem_startup_hook(void)
 		fs_shared->evict_lock = &locks[1].lock;
 		fs_shared->statefile_lock = &locks[2].lock;
 		fs_shared->workers_lock = &locks[3].lock;
-		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS].lock;
+		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS];
 		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
 		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);
 		pg_atomic_init_u64(&fs_shared->evict_not_before, 0);
@@ -482,7 +482,7 @@ fs_tenant_evict(TimestampTz now)
 	want = Max(1, (int) (fs_max_tenants * FS_EVICT_FRACTION));
 
 	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i], LW_EXCLUSIVE);
+		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_EXCLUSIVE);
 
 	hash_seq_init(&seq, fs_tenant_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
@@ -518,7 +518,7 @@ fs_tenant_evict(TimestampTz now)
 	}
 
 	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i]);
+		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 	if (evicted == 0)
 		pg_atomic_write_u64(&fs_shared->evict_not_before, (uint64) (now + FS_EVICT_BACKOFF_USECS));
 	LWLockRelease(fs_shared->evict_lock);
@@ -536,7 +536,7 @@ fs_tenant_evict(TimestampTz now)
 static inline LWLock *
 fs_tenant_partition_lock(uint32 hashvalue)
 {
-	return &fs_shared->tenant_locks[hashvalue % FS_TENANT_PARTITIONS];
+	return &fs_shared->tenant_locks[hashvalue % FS_TENANT_PARTITIONS].lock;
 }
 
 /*
@@ -684,7 +684,7 @@ fs_tenant_foreach(fs_tenant_visitor visitor, void *arg)
 	int			i;
 
 	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i], LW_SHARED);
+		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
 
 	hash_seq_init(&seq, fs_tenant_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
@@ -696,7 +696,7 @@ fs_tenant_foreach(fs_tenant_visitor visitor, void *arg)
 	}
 
 	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i]);
+		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 }
 
 /*
@@ -711,7 +711,7 @@ fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg)
 	int			i;
 
 	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i], LW_SHARED);
+		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
 
 	hash_seq_init(&seq, fs_tenant_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
@@ -722,7 +722,7 @@ fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg)
 	}
 
 	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i]);
+		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 }
 
 /* Number of tenant entries (a consistent count: takes every partition). */
@@ -733,9 +733,9 @@ fs_tenant_count(void)
 	int			i;
 
 	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i], LW_SHARED);
+		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
 	n = hash_get_num_entries(fs_tenant_hash);
 	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i]);
+		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 	return n;
 }

@@ -135,7 +135,7 @@ typedef struct FsShared
 	LWLock	   *evict_lock;		/* one eviction pass at a time */
 	LWLock	   *statefile_lock; /* one state-file writer at a time */
 	LWLock	   *workers_lock;	/* the worker heartbeat table (gate.c) */
-	LWLock	   *tenant_locks;	/* FS_TENANT_PARTITIONS of them */
+	LWLockPadded *tenant_locks; /* FS_TENANT_PARTITIONS of them */
 
 	pg_atomic_uint32 limits_generation; /* bumped when fs_limits commits */
 	pg_atomic_uint64 next_lease_id;
