@@ -15,6 +15,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
+#include "fairqueue.h"
 #include "fairshare.h"
 #include "tenant_limits.h"
 #include "shmem.h"
@@ -106,6 +107,7 @@ _PG_init(void)
 	fs_shmem_request();
 	fs_limits_init();
 	fs_slots_init();
+	fs_fairqueue_init();
 }
 
 /* Every SQL function starts here. */

@@ -48,6 +48,18 @@
  *	  held across SPI or other I/O: loading limits (SPI) happens with no
  *	  fairshare lock held at all.
  *
+ * 8. Fair dequeue (fairqueue.c).  Each queue has one LWLock over its fair
+ *	  order (the heap of backlogged tenants and the virtual time), held
+ *	  EXCLUSIVE for a claim's planning and settling (no SPI, no I/O under it)
+ *	  and by commits that make a tenant backlogged.  Order: a tenant
+ *	  partition lock, then a queue's fair-order lock, then entry spinlocks;
+ *	  never the other way round.  Every write of FsTenant.virtual_finish is
+ *	  made under the queue's fair-order lock.  A tenant listed in the fair
+ *	  order carries FS_TENANT_QUEUED, which pins it like a held slot (rule 2),
+ *	  so the heap may keep pointers to it.  The claim map (rows claimed ->
+ *	  leases, for automatic release) is a partitioned hash with its own
+ *	  LWLocks, never held together with any other fairshare lock.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -60,6 +72,7 @@
 #include "utils/memutils.h"
 
 #include "budget.h"
+#include "fairqueue.h"
 #include "gate.h"
 #include "tenant_limits.h"
 #include "shmem.h"
@@ -131,6 +144,7 @@ fs_shmem_size(void)
 	size = add_size(size, hash_estimate_size(fs_max_queues, sizeof(FsQueue)));
 	size = add_size(size, hash_estimate_size(fs_max_tenants, sizeof(FsTenant)));
 	size = add_size(size, fs_slots_shmem_size());
+	size = add_size(size, fs_fairqueue_shmem_size());
 	return size;
 }
 
@@ -143,6 +157,7 @@ fs_shmem_request_hook(void)
 	RequestAddinShmemSpace(fs_shmem_size());
 	RequestNamedLWLockTranche("fairshare",
 							  FS_LEASE_LOCKS_OFFSET + FS_LEASE_PARTITIONS);
+	fs_fairqueue_shmem_request();
 }
 
 /*
@@ -202,6 +217,7 @@ fs_shmem_startup_hook(void)
 								   HASH_PARTITION | HASH_FIXED_SIZE);
 
 	fs_slots_shmem_init();
+	fs_fairqueue_shmem_init();
 
 	LWLockRelease(AddinShmemInitLock);
 
@@ -368,8 +384,8 @@ fs_tenant_init(FsTenant *entry, TimestampTz now)
 
 /*
  * Bring an entry's time-dependent state up to `now`: the token bucket
- * accrues for the time since the last decision.  Call with the entry's
- * spinlock held, before deciding anything for it.
+ * accrues and the served work decays for the time since the last decision.
+ * Call with the entry's spinlock held, before deciding anything for it.
  */
 void
 fs_tenant_touch(FsTenant *entry, TimestampTz now)
@@ -377,6 +393,7 @@ fs_tenant_touch(FsTenant *entry, TimestampTz now)
 	if (now > entry->touched_at)
 	{
 		fs_budget_accrue(entry, now);
+		fs_fairqueue_decay(entry, now);
 		entry->touched_at = now;
 	}
 }
@@ -384,14 +401,15 @@ fs_tenant_touch(FsTenant *entry, TimestampTz now)
 /*
  * May this entry be evicted?  Only when forgetting it loses nothing a fresh
  * entry would not give back: no slot held, no orphan lease, no backlog, a
- * full token bucket.  Called with the entry's spinlock held.
+ * full token bucket, and no fair-order state that matters (fairqueue.c).
+ * Called with the entry's spinlock held.
  */
 static bool
 fs_tenant_is_idle(FsTenant *entry, TimestampTz now)
 {
 	if (entry->slots_in_use > 0 || entry->orphan_leases > 0 || entry->ready_rows > 0)
 		return false;
-	return fs_budget_is_full(entry, now);
+	return fs_budget_is_full(entry, now) && fs_fairqueue_may_evict(entry);
 }
 
 typedef struct FsEvictCandidate
@@ -490,10 +508,13 @@ fs_tenant_partition_lock(uint32 hashvalue)
  *
  * Limits are cached in the entry together with the generation they were
  * loaded at.  When they are stale we let go of every lock, load them with
- * SPI (tenant_limits.c), and store them on the way back in.
+ * SPI (tenant_limits.c), and store them on the way back in.  With `resolve`
+ * false (for code that cannot run SPI, such as commit callbacks) stale
+ * limits are handed back as they are and left for the next decision.
  */
-FsTenant *
-fs_tenant_open(FsQueue *queue, const char *tenant, bool create, FsTenantRef *ref)
+static FsTenant *
+fs_tenant_open_internal(FsQueue *queue, const char *tenant, bool create,
+						bool resolve, FsTenantRef *ref)
 {
 	FsTenantKey key;
 	uint32		hashvalue;
@@ -549,7 +570,7 @@ fs_tenant_open(FsQueue *queue, const char *tenant, bool create, FsTenantRef *ref
 		}
 
 		SpinLockAcquire(&entry->mutex);
-		if (fs_limits_current(entry))
+		if (!resolve || fs_limits_current(entry))
 			fs_limits_copy_out(entry, &ref->limits);
 		else if (resolved)
 			fs_limits_store(entry, &ref->limits, generation);	/* loaded just now */
@@ -567,6 +588,19 @@ fs_tenant_open(FsQueue *queue, const char *tenant, bool create, FsTenantRef *ref
 		ref->partition_lock = lock;
 		return entry;
 	}
+}
+
+FsTenant *
+fs_tenant_open(FsQueue *queue, const char *tenant, bool create, FsTenantRef *ref)
+{
+	return fs_tenant_open_internal(queue, tenant, create, true, ref);
+}
+
+/* fs_tenant_open() that never runs SPI: stale limits are returned as cached. */
+FsTenant *
+fs_tenant_open_cached(FsQueue *queue, const char *tenant, bool create, FsTenantRef *ref)
+{
+	return fs_tenant_open_internal(queue, tenant, create, false, ref);
 }
 
 void

@@ -16,6 +16,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "fairqueue.h"
 #include "shmem.h"
 #include "slots.h"
 #include "telemetry.h"
@@ -280,6 +281,7 @@ fs_reset(PG_FUNCTION_ARGS)
 {
 	fs_check_loaded();
 	fs_tenant_mutate_all(fs_reset_tenant, NULL);
+	fs_fairqueue_reset_counters();
 
 	SpinLockAcquire(&fs_shared->stats_mutex);
 	memset(&fs_shared->stats, 0, sizeof(fs_shared->stats));
