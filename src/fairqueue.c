@@ -1005,12 +1005,12 @@ fs_claim_admit(FsQueue *queue, FsPlanTenant *pt, int64 lease_usecs, TimestampTz 
 
 /* Run a prepared plan in the caller's snapshot, with a fixed search_path. */
 static void
-fs_claim_execute(SPIPlanPtr plan, Datum *values, const char *what)
+fs_claim_execute(SPIPlanPtr plan, Datum *values, const char *nulls, const char *what)
 {
 	int			nest = fs_search_path_begin();
 	int			ret;
 
-	ret = SPI_execute_snapshot(plan, values, NULL, GetActiveSnapshot(), InvalidSnapshot,
+	ret = SPI_execute_snapshot(plan, values, nulls, GetActiveSnapshot(), InvalidSnapshot,
 							   false, false, 0);
 	fs_search_path_end(nest);
 	if (ret != SPI_OK_SELECT)
@@ -1029,7 +1029,9 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	FsFairQueue *fq = desc->fq;
 	FsPlan		plan;
 	float8		est_cost;
-	Datum		values[2];
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	ArrayType  *held;
 	Datum	   *names;
 	Datum	   *counts;
 	int		   *index_of;
@@ -1079,7 +1081,10 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	{
 		values[0] = PointerGetDatum(construct_array(names, nquery, TEXTOID, -1, false, TYPALIGN_INT));
 		values[1] = PointerGetDatum(construct_array(counts, nquery, INT4OID, 4, true, TYPALIGN_INT));
-		fs_claim_execute(desc->claim_plan, values, "claim");
+		held = fs_track_held_keys(desc);
+		values[2] = PointerGetDatum(held);
+		nulls[2] = held == NULL ? 'n' : ' ';
+		fs_claim_execute(desc->claim_plan, values, nulls, "claim");
 
 		tupdesc = SPI_tuptable->tupdesc;
 		for (r = 0; r < SPI_processed; r++)
@@ -1161,13 +1166,17 @@ static int32
 fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 			  FsClaimOutput *out)
 {
-	Datum		values[1];
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	ArrayType  *held = fs_track_held_keys(desc);
 	TupleDesc	tupdesc;
 	int32		claimed = 0;
 	uint64		r;
 
 	values[0] = Int64GetDatum(want);
-	fs_claim_execute(desc->fifo_plan, values, "fail-open claim");
+	values[1] = PointerGetDatum(held);
+	nulls[1] = held == NULL ? 'n' : ' ';
+	fs_claim_execute(desc->fifo_plan, values, nulls, "fail-open claim");
 	tupdesc = SPI_tuptable->tupdesc;
 	for (r = 0; r < SPI_processed; r++)
 	{
@@ -1330,7 +1339,8 @@ fs_claim(PG_FUNCTION_ARGS)
 				 errhint("Pass NULL::%s as row_type.", desc->ready_name)));
 	max_rows = fs_max_rows_arg(fcinfo, 2);
 	lease_usecs = fs_interval_usecs(fcinfo, 3, "lease");
-	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT | ACL_UPDATE) != ACLCHECK_OK)
+	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
+		pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to claim rows of %s", desc->ready_name),

@@ -19,6 +19,7 @@
 
 #include "executor/executor.h"
 #include "executor/spi.h"
+#include "utils/array.h"
 #include "utils/relcache.h"
 
 #include "fairqueue.h"
@@ -250,6 +251,7 @@ extern void fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows,
 extern bool fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key,
 								 bool key_isnull, int64 lease_id, float8 est_cost,
 								 bool reserved, uint64 resync_gen);
+extern ArrayType *fs_track_held_keys(FsFairDesc *desc);
 extern void fs_track_registration_changed(const char *queue_name, bool unregistered);
 extern void fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value,
 							  Oid type, int16 typlen, bool typbyval);

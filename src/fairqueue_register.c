@@ -36,6 +36,7 @@
 #include "access/nbtree.h"
 #include "access/relation.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/partition.h"
@@ -260,6 +261,7 @@ fs_coerce_tenant(ParseState *pstate, Node *expr, const FsParseContext *ctx)
 	{
 		case TEXTOID:
 			return expr;
+		case UNKNOWNOID:
 		case VARCHAROID:
 		case BPCHAROID:
 		case NAMEOID:
@@ -1435,11 +1437,17 @@ fs_where_tail(FsFairDesc *desc, bool with_claim_filter)
 	return buf.data;
 }
 
+/*
+ * The claim queries.  $3 (fifo: $2) is an array of keys this transaction
+ * claimed before and still holds: its own row locks do not make SKIP LOCKED
+ * skip them, so they are left out by key (NULL when there are none).
+ */
 static void
 fs_desc_prepare(FsFairDesc *desc)
 {
-	Oid			claim_types[2] = {TEXTARRAYOID, INT4ARRAYOID};
-	Oid			fifo_types[1] = {INT8OID};
+	Oid			keys_type = get_array_type(desc->key_type);
+	Oid			claim_types[3] = {TEXTARRAYOID, INT4ARRAYOID, keys_type};
+	Oid			fifo_types[2] = {INT8OID, keys_type};
 	char	   *cost = desc->cost ? psprintf("((%s))::pg_catalog.float8", desc->cost) :
 		"NULL::pg_catalog.float8";
 
@@ -1451,17 +1459,18 @@ fs_desc_prepare(FsFairDesc *desc)
 		"   SELECT (%s) AS fs_key, %s AS fs_cost, " FS_ROW_ALIAS " AS fs_row"
 		"     FROM %s " FS_ROW_ALIAS
 		"    WHERE (%s) OPERATOR(pg_catalog.=) p.fs_tenant%s"
+		"      AND ($3 IS NULL OR (%s) <> ALL ($3))"
 		"    ORDER BY %s"
 		"    LIMIT p.fs_n"
 		"      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s",
 		desc->key, cost, desc->ready_name, desc->tenant, fs_where_tail(desc, true),
-		desc->order_by), 2, claim_types);
+		desc->key, desc->order_by), 3, claim_types);
 	desc->fifo_plan = fs_prepare(psprintf(
 		"SELECT (%s) AS fs_tenant, (%s) AS fs_key, %s AS fs_cost, " FS_ROW_ALIAS " AS fs_row"
-		"  FROM %s " FS_ROW_ALIAS " WHERE true%s"
+		"  FROM %s " FS_ROW_ALIAS " WHERE ($2 IS NULL OR (%s) <> ALL ($2))%s"
 		" ORDER BY %s LIMIT $1 FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED",
-		desc->tenant, desc->key, cost, desc->ready_name, fs_where_tail(desc, true),
-		desc->order_by), 1, fifo_types);
+		desc->tenant, desc->key, cost, desc->ready_name, desc->key, fs_where_tail(desc, true),
+		desc->order_by), 2, fifo_types);
 	desc->count_plan = fs_prepare(psprintf(
 		"SELECT (%s) AS fs_tenant, pg_catalog.count(*) FROM %s " FS_ROW_ALIAS
 		" WHERE true%s GROUP BY 1",
@@ -1568,8 +1577,11 @@ fs_fair_registered_queues(void)
 	for (r = 0; r < SPI_processed; r++)
 	{
 		char	   *name = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+		MemoryContext old = MemoryContextSwitchTo(caller);
 
-		names = lappend(names, MemoryContextStrdup(caller, name));
+		/* The list outlives this SPI connection: the caller's memory. */
+		names = lappend(names, pstrdup(name));
+		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
 	return names;
@@ -1621,6 +1633,52 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 													 SPI_fnumber(rowdesc, "running_key")),
 										rel, FS_EXPR_RUNNING_KEY, queue);
 	}
+}
+
+/*
+ * fs_rel_role() in a subtransaction: a registration that no longer compiles
+ * against the table (a column it uses was renamed, say) must not make the
+ * application's writes fail.  Its rows are then not counted (a warning says
+ * so) until the queue is registered again, which recounts it; fs_claim() on
+ * it fails with the compile error meanwhile.  Returns false if it failed.
+ */
+static bool
+fs_rel_role_guarded(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel,
+					bool ready_side)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		fs_rel_role(role, row, rowdesc, rel, ready_side);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg("fair dequeue cannot follow table %s for queue \"%s\": %s",
+						RelationGetRelationName(rel), role->queue_name, edata->message),
+				 errhint("Register the queue again with fs_register_queue(); it is recounted then.")));
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
 }
 
 /*
@@ -1714,10 +1772,12 @@ fs_fair_rel_triggers(Relation rel)
 		TupleDesc	rowdesc = tuptable->tupdesc;
 		bool		isnull;
 
-		if (DatumGetBool(SPI_getbinval(row, rowdesc, SPI_fnumber(rowdesc, "fs_is_ready"), &isnull)))
-			fs_rel_role(&rt->ready[rt->nready++], row, rowdesc, rel, true);
-		if (DatumGetBool(SPI_getbinval(row, rowdesc, SPI_fnumber(rowdesc, "fs_is_running"), &isnull)))
-			fs_rel_role(&rt->running[rt->nrunning++], row, rowdesc, rel, false);
+		if (DatumGetBool(SPI_getbinval(row, rowdesc, SPI_fnumber(rowdesc, "fs_is_ready"), &isnull)) &&
+			fs_rel_role_guarded(&rt->ready[rt->nready], row, rowdesc, rel, true))
+			rt->nready++;
+		if (DatumGetBool(SPI_getbinval(row, rowdesc, SPI_fnumber(rowdesc, "fs_is_running"), &isnull)) &&
+			fs_rel_role_guarded(&rt->running[rt->nrunning], row, rowdesc, rel, false))
+			rt->nrunning++;
 	}
 	fs_search_path_end(nest);
 	rt->econtext = CreateStandaloneExprContext();

@@ -37,9 +37,11 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/shmem.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/hsearch.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
@@ -394,6 +396,7 @@ typedef struct FsClaimedRow
 	bool		mapped;			/* in the claim map */
 	int64		lease_id;
 	uint64		resync_gen;
+	Datum		value;			/* the key (copied) */
 	char		tenant[FS_NAME_BUFLEN];
 } FsClaimedRow;
 
@@ -529,15 +532,17 @@ bool
 fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_isnull,
 					 int64 lease_id, float8 est_cost, bool reserved, uint64 resync_gen)
 {
-	FsClaimKey ckey;
+	FsClaimKey	ckey;
 	FsClaimedRow *row;
 	bool		found;
+	MemoryContext old;
 
 	if (key_isnull)
 		return false;
 	fs_xact_begin();
 	fs_claim_key_make(&ckey, desc->queue->queue_id, key, desc->key_type, desc->key_len,
 					  desc->key_byval);
+	old = MemoryContextSwitchTo(xact_cxt);
 	row = hash_search(xact_claimed, &ckey, HASH_ENTER, &found);
 	row->queue = desc->queue;
 	row->subid = GetCurrentSubTransactionId();
@@ -546,6 +551,7 @@ fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_i
 	row->mapped = false;
 	row->lease_id = lease_id;
 	row->resync_gen = resync_gen;
+	row->value = datumCopy(key, desc->key_byval, desc->key_len);
 	strlcpy(row->tenant, tenant, FS_NAME_BUFLEN);
 	if (OidIsValid(desc->running_relid))
 	{
@@ -557,7 +563,37 @@ fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_i
 			LWLockRelease(desc->fq->lock);
 		}
 	}
+	MemoryContextSwitchTo(old);
 	return true;
+}
+
+/*
+ * Keys of the rows of `queue` this transaction claimed and still holds (did
+ * not take out of the ready state), as an array for the claim query, or
+ * NULL when there are none.
+ */
+ArrayType *
+fs_track_held_keys(FsFairDesc *desc)
+{
+	HASH_SEQ_STATUS seq;
+	FsClaimedRow *row;
+	Datum	   *values;
+	int			n = 0;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	if (!xact_active || desc->queue == NULL || hash_get_num_entries(xact_claimed) == 0)
+		return NULL;
+	values = palloc(sizeof(Datum) * hash_get_num_entries(xact_claimed));
+	hash_seq_init(&seq, xact_claimed);
+	while ((row = hash_seq_search(&seq)) != NULL)
+		if (row->queue == desc->queue && row->left_subid == 0)
+			values[n++] = row->value;
+	if (n == 0)
+		return NULL;
+	get_typlenbyvalalign(desc->key_type, &typlen, &typbyval, &typalign);
+	return construct_array(values, n, desc->key_type, typlen, typbyval, typalign);
 }
 
 void
