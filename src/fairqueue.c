@@ -46,11 +46,10 @@
 #include <math.h>
 
 #include "access/xact.h"
-#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "storage/lmgr.h"
+#include "storage/shmem.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -164,6 +163,7 @@ fs_fairqueue_shmem_init(void)
 			FsFairQueue *fq = &fs_fair->queues[i];
 
 			fq->lock = &locks[i].lock;
+			pg_atomic_init_u32(&fq->commit_gate, 0);
 			fq->avg_cost = 1.0;
 			fq->avg_runtime_ms = 1.0;
 			fq->chunk_ids = (int32 *) p + (Size) i * per_queue;
@@ -855,7 +855,7 @@ fs_plan_make(FsFairQueue *fq, FsQueue *queue, FsPlan *plan, float8 est_cost, Tim
 		int32		min_slots;
 
 		SpinLockAcquire(&entry->mutex);
-		if (entry->ready_rows <= 0)
+		if (entry->ready_rows <= 0 && !fq->resyncing)
 		{
 			/* Drained: it leaves the fair order (and stops pinning). */
 			entry->flags &= ~(FS_TENANT_QUEUED | FS_TENANT_DRY);
@@ -872,7 +872,7 @@ fs_plan_make(FsFairQueue *fq, FsQueue *queue, FsPlan *plan, float8 est_cost, Tim
 		top->min_slots = min_slots;
 
 		fs_tenant_view(entry, &v);
-		if (fs_item_dry(top, &v, now) ||
+		if (v.ready <= 0 || fs_item_dry(top, &v, now) ||
 			v.slots + planned >= fs_plan_ceiling(queue, &v, now))
 		{
 			/* Not now: set it aside (its tag is kept) and look further. */
@@ -1542,84 +1542,197 @@ typedef struct FsCount
 } FsCount;
 
 /*
- * Lock the ready table (and its partitions) in SHARE mode: writers are kept
- * out while counting, so every committed change is either in the count or
- * applied before it.  Claims (ROW SHARE) go on; their reservations carry the
- * recount generation, which tells their commit or rollback whether the count
- * already has them.  Returns false if `wait` is false and a lock is busy.
+ * The commit gate.  A transaction that changes a queue's counts enters the
+ * gate before it commits (XACT_EVENT_PRE_COMMIT, before its rows become
+ * visible) and leaves it once its changes are applied to shared memory
+ * (after they are).  A recount closes the gate: new committers wait, and
+ * once the ones inside have left, every transaction is either visible to a
+ * snapshot taken now and applied, or neither.  The gate is closed only for
+ * that instant; counting runs with it open.
+ */
+#define FS_GATE_CLOSED		0x80000000U
+#define FS_GATE_WAIT_USECS	100
+#define FS_GATE_MAX_WAIT	(10 * USECS_PER_SEC)
+
+void
+fs_fair_gate_enter(FsQueue *queue)
+{
+	FsFairQueue *fq = fs_fair_queue(queue);
+
+	for (;;)
+	{
+		uint32		old = pg_atomic_read_u32(&fq->commit_gate);
+
+		if (old & FS_GATE_CLOSED)
+		{
+			/* A recount is taking its snapshot: a few milliseconds at most. */
+			CHECK_FOR_INTERRUPTS();
+			pg_usleep(FS_GATE_WAIT_USECS);
+			continue;
+		}
+		if (pg_atomic_compare_exchange_u32(&fq->commit_gate, &old, old + 1))
+			return;
+	}
+}
+
+void
+fs_fair_gate_leave(FsQueue *queue)
+{
+	pg_atomic_fetch_sub_u32(&fs_fair_queue(queue)->commit_gate, 1);
+}
+
+/*
+ * Close the gate and wait for the transactions inside to leave.  False if
+ * they do not within FS_GATE_MAX_WAIT (the gate is open again then).
  */
 static bool
-fs_fair_lock_table(Oid relid, bool wait, List **locked)
+fs_fair_gate_close(FsFairQueue *fq)
 {
-	List	   *rels;
-	ListCell   *lc;
+	TimestampTz start = GetCurrentTimestamp();
 
-	rels = has_subclass(relid) ? find_all_inheritors(relid, NoLock, NULL) : list_make1_oid(relid);
-	foreach(lc, rels)
+	pg_atomic_fetch_or_u32(&fq->commit_gate, FS_GATE_CLOSED);
+	while ((pg_atomic_read_u32(&fq->commit_gate) & ~FS_GATE_CLOSED) != 0)
 	{
-		Oid			rel = lfirst_oid(lc);
-
-		if (wait)
-			LockRelationOid(rel, ShareLock);
-		else if (!ConditionalLockRelationOid(rel, ShareLock))
+		if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(),
+									   FS_GATE_MAX_WAIT / 1000))
+		{
+			pg_atomic_fetch_and_u32(&fq->commit_gate, ~FS_GATE_CLOSED);
 			return false;
-		*locked = lappend_oid(*locked, rel);
+		}
+		pg_usleep(FS_GATE_WAIT_USECS);
 	}
 	return true;
 }
 
 static void
-fs_fair_unlock_tables(List *locked)
+fs_fair_gate_open(FsFairQueue *fq)
 {
-	ListCell   *lc;
-
-	foreach(lc, locked)
-		UnlockRelationOid(lfirst_oid(lc), ShareLock);
+	pg_atomic_fetch_and_u32(&fq->commit_gate, ~FS_GATE_CLOSED);
 }
 
+/* A tenant's live count when the recount took its snapshot. */
+typedef struct FsCountAt
+{
+	FsTenant   *tenant;
+	int64		rows;
+} FsCountAt;
+
 /*
- * Recount the ready rows of every tenant of `desc`'s queue.  Returns the
- * number of ready rows (with a valid tenant), or -1 if `wait` is false and
- * the table was busy.  Needs SPI connected.
+ * Recount the ready rows of every tenant of `desc`'s queue from its table
+ * (with `if_unsynced`, only if it was not counted in this server run yet).
+ * Returns the number of ready rows (with a valid tenant), or -1 if another
+ * recount of the queue is running, or commits did not let the gate close.
+ * Needs SPI connected.  Takes no table lock: writers and claimers go on.
  *
- * First every counted tenant is put in the fair order (which pins it), then
- * all counts are set in one step under the queue's lock, so no claim plans
- * from half-set counts, and the recount generation moves on: reservations
- * made before it no longer stand (the count has their rows).  The table
- * lock is released as soon as the counts are set, not at the end of the
- * transaction: it only keeps writers out while counting.
+ * With the gate closed, the snapshot is taken and each backlogged tenant's
+ * live count copied, and the recount generation moves on: reservations made
+ * before it no longer stand (the count has their rows), later ones do.  The
+ * table is counted with that snapshot; then each tenant's count is adjusted
+ * by (counted - live count at the snapshot), which keeps every change
+ * applied since.  A recount inside fs_claim() follows the caller's snapshot
+ * no more than a background one does: it always counts the latest committed
+ * state.
  */
+/*
+ * The first half of a recount: snapshot and live counts with the gate
+ * closed, then the count query (its rows in SPI_tuptable).  On error the
+ * gate is opened and the queue marked as not being recounted.  False if the
+ * gate could not close.
+ */
+static bool
+fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 capacity,
+					 int32 *nat)
+{
+	volatile bool ok = false;
+
+	PG_TRY();
+	{
+		if (fs_fair_gate_close(fq))
+		{
+			Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+			int			nest;
+			int			ret;
+			int32		i;
+
+			LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+			for (i = 0; i < fq->nitems && *nat < capacity; i++)
+			{
+				FsTenant   *entry = heap_at(fq, i)->tenant;
+
+				at[*nat].tenant = entry;
+				SpinLockAcquire(&entry->mutex);
+				at[*nat].rows = entry->ready_rows;
+				SpinLockRelease(&entry->mutex);
+				(*nat)++;
+			}
+			fq->resync_gen++;
+			LWLockRelease(fq->lock);
+			fs_fair_gate_open(fq);
+
+			nest = fs_search_path_begin();
+			ret = SPI_execute_snapshot(desc->count_plan, NULL, NULL, snapshot, InvalidSnapshot,
+									   true, false, 0);
+			fs_search_path_end(nest);
+			UnregisterSnapshot(snapshot);
+			if (ret != SPI_OK_SELECT)
+				elog(ERROR, "fair dequeue count query failed: %s", SPI_result_code_string(ret));
+			ok = true;
+		}
+	}
+	PG_CATCH();
+	{
+		fs_fair_gate_open(fq);
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		fq->resyncing = false;
+		LWLockRelease(fq->lock);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	return ok;
+}
+
 int64
-fs_fair_resync(FsFairDesc *desc, bool wait, int *tenants)
+fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 {
 	FsFairQueue *fq = desc->fq;
-	List	   *locked = NIL;
 	HASHCTL		info;
 	HTAB	   *counts;
 	HASH_SEQ_STATUS seq;
 	FsCount    *c;
+	FsCountAt  *at;
+	int32		nat = 0;
+	int32		capacity;
 	int64		total = 0;
 	int64		without = 0;
 	int64		untracked = 0;
 	int			ntenants = 0;
 	uint64		r;
-	int			nest;
-	int			ret;
 	int32		i;
 
 	if (fq == NULL)
 		return -1;
-	if (!fs_fair_lock_table(desc->ready_relid, wait, &locked))
+	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	if (fq->resyncing || (if_unsynced && fq->synced))
 	{
-		fs_fair_unlock_tables(locked);
+		LWLockRelease(fq->lock);
 		return -1;
 	}
+	fq->resyncing = true;
+	capacity = fq->nitems + 64;
+	LWLockRelease(fq->lock);
 
-	nest = fs_search_path_begin();
-	ret = SPI_execute_plan(desc->count_plan, NULL, NULL, false, 0);
-	fs_search_path_end(nest);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "fair dequeue count query failed: %s", SPI_result_code_string(ret));
+	at = palloc(sizeof(FsCountAt) * capacity);
+	if (!fs_fair_resync_count(desc, fq, at, capacity, &nat))
+	{
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		fq->resyncing = false;
+		LWLockRelease(fq->lock);
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not recount queue \"%s\": its commits did not pause", desc->queue_name),
+				 errhint("It is recounted at its next use, or by fs_resync().")));
+		return -1;
+	}
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = FS_NAME_BUFLEN;
@@ -1675,28 +1788,39 @@ fs_fair_resync(FsFairDesc *desc, bool wait, int *tenants)
 		fs_tenant_close(&ref);
 	}
 
-	/* All counts at once. */
+	/*
+	 * Adjust every tenant in the fair order (which has every tenant that had
+	 * rows at the snapshot, and every counted one) by what it was off.
+	 */
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 	for (i = 0; i < fq->nitems; i++)
 	{
 		FsHeapItem *item = heap_at(fq, i);
 		FsTenant   *entry = item->tenant;
-		int64		rows;
+		int64		counted;
+		int64		live_at = 0;
+		int32		k;
 
 		c = hash_search(counts, entry->key.tenant, HASH_FIND, NULL);
-		rows = c != NULL ? c->rows : 0;
+		counted = c != NULL ? c->rows : 0;
+		for (k = 0; k < nat; k++)
+			if (at[k].tenant == entry)
+			{
+				live_at = at[k].rows;
+				break;
+			}
 		SpinLockAcquire(&entry->mutex);
-		entry->ready_rows = rows;
+		entry->ready_rows = Max(entry->ready_rows + counted - live_at, 0);
 		entry->flags &= ~FS_TENANT_DRY;
 		SpinLockRelease(&entry->mutex);
 		item->dry_until = 0;
-		if (rows > 0)
+		if (counted > 0)
 		{
-			total += rows;
+			total += counted;
 			ntenants++;
 		}
 	}
-	fq->resync_gen++;
+	fq->resyncing = false;
 	fq->synced = true;
 	fq->rows_without_tenant = without;
 	fq->untracked_rows = untracked;
@@ -1704,7 +1828,6 @@ fs_fair_resync(FsFairDesc *desc, bool wait, int *tenants)
 	fq->counters.resyncs++;
 	LWLockRelease(fq->lock);
 
-	fs_fair_unlock_tables(locked);
 	hash_destroy(counts);
 	if (tenants != NULL)
 		*tenants = ntenants;
@@ -1749,7 +1872,7 @@ fs_resync(PG_FUNCTION_ARGS)
 		int64		rows;
 
 		fs_fair_check_owner(desc->ready_relid, desc->queue_name);
-		rows = fs_fair_resync(desc, true, &tenants);
+		rows = fs_fair_resync(desc, false, &tenants);
 		values[0] = CStringGetTextDatum(desc->queue_name);
 		values[1] = Int32GetDatum(tenants);
 		values[2] = Int64GetDatum(rows);
@@ -1761,7 +1884,7 @@ fs_resync(PG_FUNCTION_ARGS)
 }
 
 int
-fs_fairqueue_resync_all(bool wait)
+fs_fairqueue_resync_all(void)
 {
 	List	   *queues;
 	ListCell   *lc;
@@ -1777,7 +1900,7 @@ fs_fairqueue_resync_all(bool wait)
 	{
 		FsFairDesc *desc = fs_fair_desc((const char *) lfirst(lc), true);
 
-		if (desc != NULL && fs_fair_resync(desc, wait, NULL) >= 0)
+		if (desc != NULL && fs_fair_resync(desc, false, NULL) >= 0)
 			done++;
 	}
 	SPI_finish();

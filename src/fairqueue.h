@@ -60,11 +60,11 @@ extern void fs_fairqueue_restore_section(uint32 tag, const char *data, uint32 it
  * the background worker, which should call it inside a transaction every few
  * minutes (and once at its start): backlog counts are kept exactly by the
  * triggers, so this only heals drift (after a crash, or rows changed with
- * triggers disabled).  With `wait` false a queue whose table is busy is
- * skipped until the next call instead of waiting for its lock.  Returns the
- * number of queues recounted.  Requires the caller to be a superuser or the
- * owner of the tables.
+ * triggers disabled).  It takes no table lock: enqueues and claims go on
+ * (a queue's commits pause for an instant while its snapshot is taken).
+ * A queue another session is recounting is skipped.  Returns the number of
+ * queues recounted.
  */
-extern int	fs_fairqueue_resync_all(bool wait);
+extern int	fs_fairqueue_resync_all(void);
 
 #endif							/* FAIRSHARE_FAIRQUEUE_H */

@@ -81,8 +81,12 @@ typedef struct FsFairQueue
 	float8		vtime;			/* virtual time: start tag of the last claim */
 	float8		avg_cost;		/* moving average of a claimed row's cost */
 	float8		avg_runtime_ms; /* moving average of a lease's held time */
-	uint64		resync_gen;		/* odd while a recount runs */
+	uint64		resync_gen;		/* moves on when a recount takes its snapshot */
 	bool		synced;			/* counted from the table in this run */
+	bool		resyncing;		/* a recount is running: entries it pinned
+								 * stay in the heap even with no rows */
+	pg_atomic_uint32 commit_gate;	/* fs_fair_gate_enter(): committers inside,
+									 * and whether a recount closed it */
 	uint32		limits_generation;	/* of the min_slots cached in the heap */
 	int32		nitems;
 	int32		nchunks;
@@ -231,7 +235,9 @@ extern void fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows
 extern void fs_fair_note_runtime(FsQueue *queue, float8 held_ms);
 extern void fs_fair_forget(FsQueue *queue);
 extern void fs_fair_add_without_tenant(FsQueue *queue, int64 rows, int64 untracked);
-extern int64 fs_fair_resync(FsFairDesc *desc, bool wait, int *tenants);
+extern int64 fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants);
+extern void fs_fair_gate_enter(FsQueue *queue);
+extern void fs_fair_gate_leave(FsQueue *queue);
 
 /* fairqueue_register.c */
 extern FsFairDesc *fs_fair_desc(const char *queue_name, bool missing_ok);

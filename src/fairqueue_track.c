@@ -36,6 +36,7 @@
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -424,6 +425,12 @@ typedef struct FsQueueEvent
 #define FS_EVENT_REGISTERED		1
 #define FS_EVENT_UNREGISTERED	2
 #define FS_EVENT_TRUNCATED		3
+
+/* Queues whose commit gate this transaction entered (fairqueue.c). */
+#define FS_MAX_GATED	64
+static FsQueue *gated[FS_MAX_GATED];
+static int	ngated = 0;
+static bool gate_exit_registered = false;
 
 static MemoryContext xact_cxt = NULL;
 static HTAB *xact_deltas = NULL;
@@ -1059,6 +1066,39 @@ fs_merge_subxact(SubTransactionId subid, SubTransactionId parent)
 			((FsQueueEvent *) lfirst(lc))->subid = parent;
 }
 
+static void
+fs_gate_leave_all(void)
+{
+	while (ngated > 0)
+		fs_fair_gate_leave(gated[--ngated]);
+}
+
+static void
+fs_gate_exit_callback(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+{
+	fs_gate_leave_all();
+}
+
+/* Enter `queue`'s commit gate once in this transaction. */
+static void
+fs_gate_enter_once(FsQueue *queue)
+{
+	int			i;
+
+	for (i = 0; i < ngated; i++)
+		if (gated[i] == queue)
+			return;
+	if (!gate_exit_registered)
+	{
+		before_shmem_exit(fs_gate_exit_callback, (Datum) 0);
+		gate_exit_registered = true;
+	}
+	if (ngated == FS_MAX_GATED)
+		elog(ERROR, "one transaction changed more than %d fair-dequeue queues", FS_MAX_GATED);
+	fs_fair_gate_enter(queue);
+	gated[ngated++] = queue;
+}
+
 /*
  * Before commit (SPI still allowed): end the leases of claimed rows that did
  * not leave the ready state (nobody runs them), and make sure every tenant
@@ -1093,6 +1133,15 @@ fs_pre_commit(void)
 			if (fs_tenant_open(delta->queue, delta->key.tenant, true, &ref) != NULL)
 				fs_tenant_close(&ref);
 		}
+
+	/* Last: from here until its changes are applied, a recount waits. */
+	hash_seq_init(&seq, xact_deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		fs_gate_enter_once(delta->queue);
+	hash_seq_init(&seq, xact_claimed);
+	while ((row = hash_seq_search(&seq)) != NULL)
+		if (row->reserved)
+			fs_gate_enter_once(row->queue);
 }
 
 /* After commit: publish everything.  Nothing here may fail. */
@@ -1202,10 +1251,12 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			break;
 		case XACT_EVENT_COMMIT:
 			fs_commit();
+			fs_gate_leave_all();
 			fs_xact_reset();
 			break;
 		case XACT_EVENT_ABORT:
 			fs_undo_claims(InvalidSubTransactionId);
+			fs_gate_leave_all();
 			if (xact_events != NIL)
 				fs_fair_invalidate_all();
 			fs_xact_reset();
