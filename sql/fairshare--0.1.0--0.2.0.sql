@@ -151,6 +151,7 @@ CREATE FUNCTION fs_fairness_state(
     OUT backlogged_tenants integer,
     OUT ready_rows bigint,
     OUT rows_without_tenant bigint,
+    OUT rows_untracked bigint,
     OUT active_tenants integer,
     OUT jain_index double precision,
     OUT gini double precision,
@@ -173,7 +174,7 @@ COMMENT ON FUNCTION fs_fairness_state() IS
 CREATE VIEW fs_fairness AS SELECT * FROM fs_fairness_state();
 GRANT SELECT ON fs_fairness TO PUBLIC;
 COMMENT ON VIEW fs_fairness IS
-'per registered queue: backlogged tenants, Jain''s index and Gini of served work per weight over active tenants (served work decays with fairshare.fairness_half_life), claims and counters';
+'per registered queue: backlogged tenants, ready rows (rows_without_tenant: never claimed; rows_untracked: tenants shared memory has no room for, claimed without fair order), Jain''s index and Gini of served work per weight over active tenants (served work decays with fairshare.fairness_half_life), claims and counters';
 
 CREATE FUNCTION fs_fair_share_state(
     OUT queue text,

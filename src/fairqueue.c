@@ -2099,8 +2099,8 @@ fs_fair_queue_rows(FunctionCallInfo fcinfo, fs_queue_row_fn fn)
 static void
 fs_fairness_row(ReturnSetInfo *rsinfo, const char *name, FsQueue *queue)
 {
-	Datum		values[17];
-	bool		nulls[17];
+	Datum		values[18];
+	bool		nulls[18];
 	FsShareScan scan;
 	FsFairQueue copy;
 	int			backlogged = 0;
@@ -2141,6 +2141,7 @@ fs_fairness_row(ReturnSetInfo *rsinfo, const char *name, FsQueue *queue)
 	values[k++] = Int32GetDatum(backlogged);
 	values[k++] = Int64GetDatum(ready);
 	values[k++] = Int64GetDatum(copy.rows_without_tenant);
+	values[k++] = Int64GetDatum(copy.untracked_rows);
 	values[k++] = Int32GetDatum(active);
 	values[k] = Float8GetDatum(have ? jain : 0);
 	nulls[k++] = !have;
@@ -2157,7 +2158,7 @@ fs_fairness_row(ReturnSetInfo *rsinfo, const char *name, FsQueue *queue)
 	values[k++] = Int64GetDatum((int64) copy.counters.resyncs);
 	values[k] = TimestampTzGetDatum(copy.last_resync_at);
 	nulls[k++] = copy.last_resync_at == 0;
-	Assert(k == 17);
+	Assert(k == 18);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
