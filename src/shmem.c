@@ -189,7 +189,7 @@ fs_shmem_startup_hook(void)
 		fs_shared->queues_lock = &locks[0].lock;
 		fs_shared->evict_lock = &locks[1].lock;
 		fs_shared->statefile_lock = &locks[2].lock;
-		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS].lock;
+		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS];
 		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
 		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);
 		SpinLockInit(&fs_shared->stats_mutex);
@@ -448,7 +448,7 @@ fs_tenant_evict(TimestampTz now)
 
 	LWLockAcquire(fs_shared->evict_lock, LW_EXCLUSIVE);
 	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i], LW_EXCLUSIVE);
+		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_EXCLUSIVE);
 
 	hash_seq_init(&seq, fs_tenant_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
@@ -478,7 +478,7 @@ fs_tenant_evict(TimestampTz now)
 	}
 
 	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i]);
+		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 	LWLockRelease(fs_shared->evict_lock);
 
 	pfree(candidates);
@@ -494,7 +494,7 @@ fs_tenant_evict(TimestampTz now)
 static inline LWLock *
 fs_tenant_partition_lock(uint32 hashvalue)
 {
-	return &fs_shared->tenant_locks[hashvalue % FS_TENANT_PARTITIONS];
+	return &fs_shared->tenant_locks[hashvalue % FS_TENANT_PARTITIONS].lock;
 }
 
 /*
@@ -651,7 +651,7 @@ fs_tenant_foreach(fs_tenant_visitor visitor, void *arg)
 	int			i;
 
 	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i], LW_SHARED);
+		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
 
 	hash_seq_init(&seq, fs_tenant_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
@@ -663,7 +663,7 @@ fs_tenant_foreach(fs_tenant_visitor visitor, void *arg)
 	}
 
 	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i]);
+		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 }
 
 /*
@@ -678,7 +678,7 @@ fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg)
 	int			i;
 
 	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i], LW_SHARED);
+		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
 
 	hash_seq_init(&seq, fs_tenant_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
@@ -689,7 +689,7 @@ fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg)
 	}
 
 	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i]);
+		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 }
 
 /* Number of tenant entries (a consistent count: takes every partition). */
@@ -700,9 +700,9 @@ fs_tenant_count(void)
 	int			i;
 
 	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i], LW_SHARED);
+		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
 	n = hash_get_num_entries(fs_tenant_hash);
 	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i]);
+		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 	return n;
 }

@@ -126,7 +126,8 @@ typedef struct FsShared
 	LWLock	   *queues_lock;	/* the queue table */
 	LWLock	   *evict_lock;		/* one eviction pass at a time */
 	LWLock	   *statefile_lock; /* one state-file writer at a time */
-	LWLock	   *tenant_locks;	/* FS_TENANT_PARTITIONS of them */
+	LWLockPadded *tenant_locks;	/* FS_TENANT_PARTITIONS of them (padded:
+									 * index, then take .lock) */
 
 	pg_atomic_uint32 limits_generation; /* bumped when fs_limits commits */
 	pg_atomic_uint64 next_lease_id;
