@@ -432,6 +432,15 @@ static FsQueue *gated[FS_MAX_GATED];
 static int	ngated = 0;
 static bool gate_exit_registered = false;
 
+/*
+ * The two hash tables outlive transactions (emptied at each end, rebuilt
+ * only after an unusually large one): making them anew for every enqueue
+ * was a good part of the triggers' cost.  Everything else lives in
+ * xact_cxt, reset at each end.
+ */
+#define FS_XACT_TABLE_KEEP	256
+
+static MemoryContext tables_cxt = NULL;
 static MemoryContext xact_cxt = NULL;
 static HTAB *xact_deltas = NULL;
 static HTAB *xact_claimed = NULL;
@@ -440,45 +449,72 @@ static List *xact_releases = NIL;	/* FsRelease */
 static List *xact_events = NIL;		/* FsQueueEvent */
 static bool xact_active = false;
 
-static void
-fs_xact_begin(void)
+static HTAB *
+fs_xact_table(const char *name, Size keysize, Size entrysize)
 {
 	HASHCTL		info;
 
+	memset(&info, 0, sizeof(info));
+	info.keysize = keysize;
+	info.entrysize = entrysize;
+	info.hcxt = tables_cxt;
+	return hash_create(name, 16, &info, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+static void
+fs_xact_begin(void)
+{
 	if (xact_active)
 		return;
 	if (xact_cxt == NULL)
+	{
+		tables_cxt = AllocSetContextCreate(TopMemoryContext, "fairshare fair dequeue tables",
+										   ALLOCSET_SMALL_SIZES);
 		xact_cxt = AllocSetContextCreate(TopMemoryContext, "fairshare fair dequeue transaction",
 										 ALLOCSET_DEFAULT_SIZES);
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(FsDeltaKey);
-	info.entrysize = sizeof(FsDelta);
-	info.hcxt = xact_cxt;
-	xact_deltas = hash_create("fairshare backlog deltas", 16, &info,
-							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(FsClaimKey);
-	info.entrysize = sizeof(FsClaimedRow);
-	info.hcxt = xact_cxt;
-	xact_claimed = hash_create("fairshare claimed rows", 16, &info,
-							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	if (xact_deltas == NULL)
+		xact_deltas = fs_xact_table("fairshare backlog deltas", sizeof(FsDeltaKey),
+									sizeof(FsDelta));
+	if (xact_claimed == NULL)
+		xact_claimed = fs_xact_table("fairshare claimed rows", sizeof(FsClaimKey),
+									 sizeof(FsClaimedRow));
 	xact_claims = NIL;
 	xact_releases = NIL;
 	xact_events = NIL;
 	xact_active = true;
 }
 
+/* Empty a table for the next transaction (or drop it if it grew large). */
+static void
+fs_xact_table_clear(HTAB **table)
+{
+	HASH_SEQ_STATUS seq;
+	void	   *entry;
+
+	if (*table == NULL)
+		return;
+	if (hash_get_num_entries(*table) > FS_XACT_TABLE_KEEP)
+	{
+		hash_destroy(*table);
+		*table = NULL;
+		return;
+	}
+	hash_seq_init(&seq, *table);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		hash_search(*table, entry, HASH_REMOVE, NULL);
+}
+
 static void
 fs_xact_reset(void)
 {
-	xact_deltas = NULL;
-	xact_claimed = NULL;
+	fs_xact_table_clear(&xact_deltas);
+	fs_xact_table_clear(&xact_claimed);
 	xact_claims = NIL;
 	xact_releases = NIL;
 	xact_events = NIL;
 	xact_active = false;
-	if (xact_cxt != NULL)
-		MemoryContextReset(xact_cxt);
+	MemoryContextReset(xact_cxt);
 }
 
 static void
