@@ -396,6 +396,10 @@ SELECT tenant, round(virtual_finish::numeric, 3) AS tag, round(served::numeric, 
 -- ---------------------------------------------------------------------------
 
 SELECT tenant, ready_rows, free_slots, virtual_start, weight FROM fs_ready_tenants('fw');
+-- fs_ready_tenants() as the first use of a queue recounts it first
+SELECT queue FROM fs_register_queue('fw', 'fw_jobs', 'tenant', 'id');
+SELECT count(*) AS tenants, sum(ready_rows) = (SELECT count(*) FROM fw_jobs) AS counted
+  FROM fs_ready_tenants('fw');
 SELECT tenant FROM fs_ready_tenants('fw', max_tenants => 2);
 -- an application's own claim, with fs_ready_tenants() as its building block:
 -- rows leaving the ready state advance the tenant's tag at commit as a claim
@@ -411,6 +415,21 @@ SELECT count(*) AS tenants FROM own;
 COMMIT;
 SELECT tenant, round(virtual_finish::numeric, 4) AS tag FROM fs_tenants
  WHERE queue = 'fw' AND tenant IN (SELECT tenant FROM own) ORDER BY 1;
+-- The per-tenant dequeue view: the next rows of each tenant with free
+-- slots (two at most), tenants in fair order, locked FOR UPDATE SKIP LOCKED
+-- as they are read; a lease per row is taken after the lock (in the target
+-- list).
+CREATE VIEW fw_next AS
+SELECT j.*
+  FROM fs_ready_tenants('fw') t
+ CROSS JOIN LATERAL (SELECT * FROM fw_jobs WHERE fw_jobs.tenant = t.tenant
+                      ORDER BY fw_jobs.id LIMIT least(t.free_slots, 2) FOR UPDATE SKIP LOCKED) j;
+BEGIN;
+CREATE TEMP TABLE from_view AS
+    SELECT id, tenant, fs_acquire_slot(tenant, 'fw') AS lease_id FROM fw_next LIMIT 6;
+SELECT string_agg(tenant, ' ' ORDER BY tenant) AS tenants, count(lease_id) AS leased FROM from_view;
+ROLLBACK;
+DROP VIEW fw_next;
 SELECT queue, backlogged_tenants, ready_rows, active_tenants, round(jain_index::numeric, 4) AS jain,
        round(gini::numeric, 4) AS gini, claims > 0 AS claimed
   FROM fs_fairness ORDER BY queue;

@@ -1250,8 +1250,12 @@ fs_fair_desc_arg(FunctionCallInfo fcinfo, int argno)
 static void
 fs_fair_ensure_synced(FsFairDesc *desc)
 {
-	if (desc->fq != NULL && !desc->fq->synced)
-		(void) fs_fair_resync(desc, true, NULL);
+	if (desc->fq == NULL || desc->fq->synced)
+		return;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	(void) fs_fair_resync(desc, true, NULL);
+	SPI_finish();
 }
 
 /*
