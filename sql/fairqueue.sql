@@ -441,6 +441,28 @@ SELECT fs_reset();
 SELECT claims, rows_claimed, short_probes, virtual_time > 0 AS kept FROM fs_fairness WHERE queue = 'fw';
 
 -- ---------------------------------------------------------------------------
+-- A tenant that holds nearly every row (and the statistics say so) does not
+-- make the others' claims walk its rows: each probe reads only what it returns
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE skew (id int PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('skew', 'skew', 'tenant', 'id');
+INSERT INTO skew SELECT i, 'big' FROM generate_series(1, 20000) i;
+ANALYZE skew;
+INSERT INTO skew VALUES (20001, 'small');
+SELECT count(*) AS backlogged FROM fs_ready_tenants('skew');
+SELECT pg_stat_reset_single_table_counters('skew_pkey'::regclass),
+       pg_stat_reset_single_table_counters('skew_fs_fair'::regclass);
+BEGIN;
+SELECT tenant, (job).id FROM fs_claim('skew', NULL::skew, 2);
+ROLLBACK;
+SELECT pg_stat_force_next_flush();
+SELECT pg_stat_clear_snapshot();
+SELECT indexrelname, idx_tup_read FROM pg_stat_user_indexes WHERE relname = 'skew' ORDER BY 1;
+SELECT fs_unregister_queue('skew');
+DROP TABLE skew;
+
+-- ---------------------------------------------------------------------------
 -- fs_claim and fs_ready_tenants refuse bad input
 -- ---------------------------------------------------------------------------
 

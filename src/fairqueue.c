@@ -1045,9 +1045,14 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 		desc->charge_runtime ? fq->avg_runtime_ms : 1.0;
 	est_cost = fs_fair_clamp_cost(est_cost, false);
 
-	/* Sized before the lock: the heap may hold up to every tenant. */
+	/*
+	 * Sized before the lock.  Tenants set aside are those at their ceiling
+	 * (or dry) ahead of the ones picked: a few per running job at most, so
+	 * this bound is generous; if it fills, the round ends early and the
+	 * next one goes on.
+	 */
 	*retry = false;
-	fs_plan_init(&plan, want, Max(fq->nitems, 0) + 64);
+	fs_plan_init(&plan, want, Min(Max(fq->nitems, 0), 4 * want + 1024) + 1);
 	fs_plan_make(fq, desc->queue, &plan, est_cost, now);
 	if (plan.ntenants == 0)
 		return 0;

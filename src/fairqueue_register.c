@@ -1441,6 +1441,14 @@ fs_where_tail(FsFairDesc *desc, bool with_claim_filter)
  * The claim queries.  $3 (fifo: $2) is an array of keys this transaction
  * claimed before and still holds: its own row locks do not make SKIP LOCKED
  * skip them, so they are left out by key (NULL when there are none).
+ *
+ * A tenant's rows are matched with tenant >= $t AND tenant <= $t (the same
+ * rows as tenant = $t, under any btree collation) and ordered by the tenant
+ * first: with an equality the planner treats the tenant as a constant and
+ * may walk another index in the order's order, filtering out every row of a
+ * tenant that holds most of the table (its statistics say every row
+ * matches); as a range, only the (tenant, order) index gives the order, so
+ * each probe reads just the rows it returns.
  */
 static void
 fs_desc_prepare(FsFairDesc *desc)
@@ -1458,13 +1466,14 @@ fs_desc_prepare(FsFairDesc *desc)
 		" CROSS JOIN LATERAL ("
 		"   SELECT (%s) AS fs_key, %s AS fs_cost, " FS_ROW_ALIAS " AS fs_row"
 		"     FROM %s " FS_ROW_ALIAS
-		"    WHERE (%s) OPERATOR(pg_catalog.=) p.fs_tenant%s"
+		"    WHERE (%s) OPERATOR(pg_catalog.>=) p.fs_tenant"
+		"      AND (%s) OPERATOR(pg_catalog.<=) p.fs_tenant%s"
 		"      AND ($3 IS NULL OR (%s) <> ALL ($3))"
-		"    ORDER BY %s"
+		"    ORDER BY (%s), %s"
 		"    LIMIT p.fs_n"
 		"      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s",
-		desc->key, cost, desc->ready_name, desc->tenant, fs_where_tail(desc, true),
-		desc->key, desc->order_by), 3, claim_types);
+		desc->key, cost, desc->ready_name, desc->tenant, desc->tenant,
+		fs_where_tail(desc, true), desc->key, desc->tenant, desc->order_by), 3, claim_types);
 	desc->fifo_plan = fs_prepare(psprintf(
 		"SELECT (%s) AS fs_tenant, (%s) AS fs_key, %s AS fs_cost, " FS_ROW_ALIAS " AS fs_row"
 		"  FROM %s " FS_ROW_ALIAS " WHERE ($2 IS NULL OR (%s) <> ALL ($2))%s"

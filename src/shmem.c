@@ -58,7 +58,11 @@
  *	  order carries FS_TENANT_QUEUED, which pins it like a held slot (rule 2),
  *	  so the heap may keep pointers to it.  The claim map (rows claimed ->
  *	  leases, for automatic release) is a partitioned hash with its own
- *	  LWLocks, never held together with any other fairshare lock.
+ *	  LWLocks, never held together with any other fairshare lock.  Each
+ *	  queue also has a commit gate (an atomic counter): a transaction that
+ *	  changes the queue's backlog is inside it from pre-commit until its
+ *	  changes are applied, and a recount closes it for the instant it takes
+ *	  its snapshot.  Nobody waits at the gate holding a fairshare lock.
  *
  *-------------------------------------------------------------------------
  */
