@@ -497,8 +497,9 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
  * Apply a committed change of `tenant`'s ready rows: `rows` more (or fewer)
  * ready rows, and `charge` cost units of `leaves` rows that left the ready
  * state without fs_claim() (an application's own claim), which advance the
- * tenant's tag as a claim would.  Only a tenant that becomes backlogged (or
- * is charged) needs the queue's lock; the rest is one spinlock.
+ * tenant's tag as a claim would (`now` is read only then).  Only a tenant
+ * that becomes backlogged (or is charged) needs the queue's lock; the rest is
+ * one spinlock.
  */
 void
 fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 charge,

@@ -492,7 +492,7 @@ fs_xact_table_clear(HTAB **table)
 	HASH_SEQ_STATUS seq;
 	void	   *entry;
 
-	if (*table == NULL)
+	if (*table == NULL || hash_get_num_entries(*table) == 0)
 		return;
 	if (hash_get_num_entries(*table) > FS_XACT_TABLE_KEEP)
 	{
@@ -1146,38 +1146,64 @@ fs_pre_commit(void)
 	HASH_SEQ_STATUS seq;
 	FsClaimedRow *row;
 	FsDelta    *delta;
-	TimestampTz now = fs_now();
 
-	hash_seq_init(&seq, xact_claimed);
-	while ((row = hash_seq_search(&seq)) != NULL)
-		if (row->left_subid == 0)
-		{
-			int64		held;
+	/*
+	 * This runs in every transaction that wrote a registered table, so the
+	 * common cases (only inserts; only claims) skip the empty table's scans.
+	 */
+	if (hash_get_num_entries(xact_claimed) > 0)
+	{
+		TimestampTz now = fs_now();
 
-			(void) fs_slot_release(row->lease_id, now, &held);
-			if (row->mapped)
-				fs_claim_map_remove(&row->key, row->lease_id);
-			row->mapped = false;
-		}
+		hash_seq_init(&seq, xact_claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+			if (row->left_subid == 0)
+			{
+				int64		held;
 
-	hash_seq_init(&seq, xact_deltas);
-	while ((delta = hash_seq_search(&seq)) != NULL)
-		if (delta->rows > 0 && delta->key.tenant[0] != '\0')
-		{
-			FsTenantRef ref;
+				(void) fs_slot_release(row->lease_id, now, &held);
+				if (row->mapped)
+					fs_claim_map_remove(&row->key, row->lease_id);
+				row->mapped = false;
+			}
+	}
 
-			if (fs_tenant_open(delta->queue, delta->key.tenant, true, &ref) != NULL)
-				fs_tenant_close(&ref);
-		}
+	if (hash_get_num_entries(xact_deltas) > 0)
+	{
+		hash_seq_init(&seq, xact_deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+			if (delta->rows > 0 && delta->key.tenant[0] != '\0')
+			{
+				FsTenantRef ref;
+
+				if (fs_tenant_open(delta->queue, delta->key.tenant, true, &ref) != NULL)
+					fs_tenant_close(&ref);
+			}
+	}
 
 	/* Last: from here until its changes are applied, a recount waits. */
-	hash_seq_init(&seq, xact_deltas);
-	while ((delta = hash_seq_search(&seq)) != NULL)
-		fs_gate_enter_once(delta->queue);
-	hash_seq_init(&seq, xact_claimed);
-	while ((row = hash_seq_search(&seq)) != NULL)
-		if (row->reserved)
-			fs_gate_enter_once(row->queue);
+	if (hash_get_num_entries(xact_deltas) > 0)
+	{
+		hash_seq_init(&seq, xact_deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+			fs_gate_enter_once(delta->queue);
+	}
+	if (hash_get_num_entries(xact_claimed) > 0)
+	{
+		hash_seq_init(&seq, xact_claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+			if (row->reserved)
+				fs_gate_enter_once(row->queue);
+	}
+}
+
+/* The clock, read once and only by a commit that needs it. */
+static TimestampTz
+fs_commit_now(TimestampTz *now)
+{
+	if (*now == 0)
+		*now = fs_now();
+	return *now;
 }
 
 /* After commit: publish everything.  Nothing here may fail. */
@@ -1188,43 +1214,51 @@ fs_commit(void)
 	FsDelta    *delta;
 	FsClaimedRow *row;
 	ListCell   *lc;
-	TimestampTz now = fs_now();
+	TimestampTz now = 0;
 	FsTenantChange c;
 
-	hash_seq_init(&seq, xact_deltas);
-	while ((delta = hash_seq_search(&seq)) != NULL)
+	if (hash_get_num_entries(xact_deltas) > 0)
 	{
-		if (delta->key.tenant[0] == '\0')
-			fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
-		else if (delta->rows != 0 || delta->leaves != 0)
-			fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, delta->charge,
-								  delta->leaves, now);
+		hash_seq_init(&seq, xact_deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+		{
+			if (delta->key.tenant[0] == '\0')
+				fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
+			else if (delta->rows != 0 || delta->leaves != 0)
+				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows,
+									  delta->charge, delta->leaves,
+									  delta->leaves != 0 ? fs_commit_now(&now) : 0);
+		}
 	}
 
-	hash_seq_init(&seq, xact_claimed);
-	while ((row = hash_seq_search(&seq)) != NULL)
+	if (hash_get_num_entries(xact_claimed) > 0)
 	{
-		if (!row->reserved)
-			continue;
+		hash_seq_init(&seq, xact_claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+		{
+			if (!row->reserved)
+				continue;
 
-		/*
-		 * The common case, a claimed row that left the ready state with no
-		 * recount since, changes nothing.  (A recount cannot be running now:
-		 * this transaction changed the table and still holds its lock.)
-		 */
-		if (row->left_subid != 0 && fs_fair_queue(row->queue)->resync_gen == row->resync_gen)
-			continue;
+			/*
+			 * The common case, a claimed row that left the ready state with
+			 * no recount since, changes nothing.  (A recount cannot be
+			 * running now: this transaction changed the table and still
+			 * holds its lock.)
+			 */
+			if (row->left_subid != 0 && fs_fair_queue(row->queue)->resync_gen == row->resync_gen)
+				continue;
 
-		/*
-		 * A row still ready gets its reservation back; if the queue was
-		 * recounted since the claim, the count had it, and a row that left
-		 * is taken off instead.
-		 */
-		fs_change_init(&c, now);
-		c.rows = row->left_subid == 0 ? 1 : 0;
-		c.rows_recounted = row->left_subid != 0 ? -1 : 0;
-		c.resync_gen = row->resync_gen;
-		fs_fair_change(row->queue, row->tenant, false, &c);
+			/*
+			 * A row still ready gets its reservation back; if the queue was
+			 * recounted since the claim, the count had it, and a row that
+			 * left is taken off instead.
+			 */
+			fs_change_init(&c, fs_commit_now(&now));
+			c.rows = row->left_subid == 0 ? 1 : 0;
+			c.rows_recounted = row->left_subid != 0 ? -1 : 0;
+			c.resync_gen = row->resync_gen;
+			fs_fair_change(row->queue, row->tenant, false, &c);
+		}
 	}
 
 	foreach(lc, xact_releases)
@@ -1243,7 +1277,7 @@ fs_commit(void)
 			float8		held_ms = (float8) rel->held_usecs / 1000.0;
 			float8		extra = held_ms - rel->est_cost;
 
-			fs_change_init(&c, now);
+			fs_change_init(&c, fs_commit_now(&now));
 			c.resync_gen = fs_fair_queue(rel->queue)->resync_gen;
 			c.cost = extra;
 			c.served = extra;
