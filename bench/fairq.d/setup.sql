@@ -122,10 +122,11 @@ CREATE FUNCTION fj_p99(r text) RETURNS float8 LANGUAGE sql AS $$
     SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - enqueued_at) * 1000)
       FROM fj_served WHERE run = r AND tenant LIKE 'small%' $$;
 -- Jain's index of the jobs each tenant got while all of them were
--- backlogged: from the small tenants' arrival until the first one of them
--- had all its jobs claimed.
+-- backlogged: from the first claim of a small tenant's job (their rows
+-- become claimable together, when the enqueue commits) until the first
+-- small tenant had all its jobs claimed.
 CREATE FUNCTION fj_jain(r text) RETURNS float8 LANGUAGE sql AS $$
-    WITH w AS (SELECT min(enqueued_at) AS t0,
+    WITH w AS (SELECT min(claimed_at) AS t0,
                       (SELECT min(last) FROM (SELECT max(claimed_at) AS last FROM fj_served
                                                WHERE run = r AND tenant LIKE 'small%' GROUP BY tenant) l) AS t1
                  FROM fj_served WHERE run = r AND tenant LIKE 'small%'),
