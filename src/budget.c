@@ -459,3 +459,143 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 	fs_budget_refund_at_abort(queue, tenant, d.tokens_consumed);
 	PG_RETURN_FLOAT8(d.balance_after);
 }
+
+/* ----------------------------------------------------------------
+ * Fair dequeue
+ *
+ * A claimed row is admitted like a run of fs_spend_tokens(): it takes its
+ * estimated cost from the tenant's bucket, or is refused (no_budget).  No
+ * backpressure applies: claiming starts work that was already admitted.
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * What the bucket of an entry holds at `now` (without touching it), or
+ * infinity when it has no budget or its balance is unknown (after a crash).
+ * Entry spinlock held.
+ */
+float8
+fs_budget_balance_now(const FsTenant *entry, TimestampTz now)
+{
+	FsTenant	copy;
+
+	if (entry->budget_ms_per_minute < 0 || fs_budget_state_lost(now))
+		return INFINITY;
+	copy = *entry;
+	fs_budget_accrue(&copy, Max(now, copy.touched_at));
+	return copy.token_balance;
+}
+
+/*
+ * Take cost_ms from `tenant`'s bucket for one claimed row.  Returns false
+ * (nothing taken) when it cannot pay; *taken says what was taken, to give
+ * back with fs_budget_unclaim() if the row is not claimed after all.  The
+ * entry is found by name: fair dequeue's pointers may have lost their pin.
+ */
+bool
+fs_budget_claim(FsQueue *queue, const char *tenant, float8 cost_ms, TimestampTz now,
+				float8 *taken)
+{
+	FsTenantRef ref;
+	FsTenant   *entry;
+	FsDecision	d;
+	bool		lost;
+
+	*taken = 0;
+	fs_decision_init(&d, FS_DECISION_CLAIM, tenant, now);
+	d.queue_id = queue->queue_id;
+	d.requested = 1;
+	entry = fs_tenant_open(queue, tenant, FS_OPEN_CREATE, &ref);
+	if (entry == NULL)
+	{
+		FS_COUNT_GLOBAL(fail_open);
+		d.reason = FS_REASON_FAIL_OPEN;
+		d.granted = 1;
+		fs_decision_log(&d);
+		return true;
+	}
+	if (ref.limits.budget_ms_per_minute < 0)
+	{
+		/* No budget: nothing to take, nothing to log (the slot decision is). */
+		fs_tenant_close(&ref);
+		return true;
+	}
+	lost = fs_budget_state_lost(now);
+
+	SpinLockAcquire(&entry->mutex);
+	fs_tenant_touch(entry, now);
+	d.tokens_before = entry->token_balance;
+	d.runs_possible = entry->token_balance < cost_ms ? 0 : 1;
+	if (lost)
+		d.reason = FS_REASON_FAIL_OPEN;
+	else if (entry->token_balance >= cost_ms)
+	{
+		entry->token_balance -= cost_ms;
+		*taken = cost_ms;
+		d.reason = FS_REASON_GRANTED;
+	}
+	else
+	{
+		d.reason = FS_REASON_NO_BUDGET;
+		entry->decisions[FS_REASON_NO_BUDGET]++;
+	}
+	d.tokens_consumed = *taken;
+	d.balance_after = entry->token_balance;
+	SpinLockRelease(&entry->mutex);
+	fs_tenant_close(&ref);
+
+	if (d.reason == FS_REASON_FAIL_OPEN)
+		FS_COUNT_GLOBAL(fail_open);
+	d.granted = d.reason == FS_REASON_NO_BUDGET ? 0 : 1;
+	fs_decision_log(&d);
+	if (*taken > 0)
+		fs_budget_refund_at_abort(queue, tenant, *taken);
+	return d.granted > 0;
+}
+
+/* Give back what fs_budget_claim() took, for a row not claimed after all. */
+void
+fs_budget_unclaim(FsQueue *queue, const char *tenant, float8 taken)
+{
+	FsTenantRef ref;
+	FsTenant   *entry;
+
+	if (taken <= 0)
+		return;
+	entry = fs_tenant_open(queue, tenant, FS_OPEN_NO_LIMITS, &ref);
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		if (entry->budget_ms_per_minute >= 0)
+			entry->token_balance = Min(entry->budget_ms_per_minute, entry->token_balance + taken);
+		SpinLockRelease(&entry->mutex);
+		fs_tenant_close(&ref);
+	}
+	/* ... and no refund of it at abort. */
+	fs_budget_refund_at_abort(queue, tenant, -taken);
+}
+
+/*
+ * Charge work measured after the fact (a claimed row that ran longer than
+ * its estimate), from a commit callback: no SPI, no error, no refund.
+ */
+void
+fs_budget_charge_committed(FsQueue *queue, const char *tenant, float8 used_ms, TimestampTz now)
+{
+	FsTenantRef ref;
+	FsTenant   *entry;
+
+	if (!(used_ms > 0))
+		return;
+	used_ms = Min(used_ms, FS_BUDGET_MAX_CHARGE_MS);
+	entry = fs_tenant_open(queue, tenant, FS_OPEN_NO_LIMITS, &ref);
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	fs_tenant_touch(entry, now);
+	if (entry->budget_ms_per_minute >= 0)
+		entry->token_balance = Max(entry->token_balance - used_ms,
+								   -FS_BUDGET_MAX_DEBT_MINUTES * entry->budget_ms_per_minute);
+	SpinLockRelease(&entry->mutex);
+	fs_tenant_close(&ref);
+}

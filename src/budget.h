@@ -32,4 +32,13 @@ extern bool fs_budget_is_full(const FsTenant *entry, TimestampTz now);
 extern bool fs_budget_state_lost(TimestampTz now);
 extern void fs_budget_refund_at_abort(FsQueue *queue, const char *tenant, float8 tokens);
 
+/* Fair dequeue (fairqueue.c) */
+#define FS_BUDGET_DEFAULT_COST_MS	100.0	/* as fs_spend_tokens' cost_ms */
+extern bool fs_budget_claim(FsQueue *queue, const char *tenant, float8 cost_ms,
+							TimestampTz now, float8 *taken);
+extern void fs_budget_unclaim(FsQueue *queue, const char *tenant, float8 taken);
+extern void fs_budget_charge_committed(FsQueue *queue, const char *tenant, float8 used_ms,
+									   TimestampTz now);
+extern float8 fs_budget_balance_now(const FsTenant *entry, TimestampTz now);
+
 #endif							/* FAIRSHARE_BUDGET_H */

@@ -68,4 +68,14 @@ fs_get_extension_schema(Oid ext_oid)
 }
 #endif
 
+/* PostgreSQL 16 folded pg_class_ownercheck() into object_ownercheck(). */
+#include "utils/acl.h"
+#if PG_VERSION_NUM >= 160000
+#include "catalog/pg_class.h"
+#define fs_class_ownercheck(relid, roleid) \
+	object_ownercheck(RelationRelationId, (relid), (roleid))
+#else
+#define fs_class_ownercheck(relid, roleid) pg_class_ownercheck((relid), (roleid))
+#endif
+
 #endif							/* FAIRSHARE_COMPAT_H */

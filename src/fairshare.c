@@ -16,6 +16,7 @@
 #include "utils/guc.h"
 
 #include "budget.h"
+#include "fairqueue.h"
 #include "fairshare.h"
 #include "gate.h"
 #include "shmem.h"
@@ -118,6 +119,7 @@ _PG_init(void)
 	fs_limits_init();
 	fs_slots_init();
 	fs_budget_init();
+	fs_fairqueue_init();
 }
 
 /* Every SQL function starts here. */

@@ -10,6 +10,8 @@
  *	  slots.c      concurrency slots and leases
  *	  budget.c     token buckets
  *	  gate.c       the global gate (live workers, dampener, backpressure)
+ *	  fairqueue.c  fair per-tenant dequeue (with fairqueue_register.c and
+ *	               fairqueue_track.c; see fairqueue_int.h)
  *	  statefile.c  saving state at shutdown and restoring it at startup
  *	  telemetry.c  views of live state and counters, reset
  *

@@ -59,6 +59,22 @@
  *	  held across SPI or other I/O: loading limits (SPI) happens with no
  *	  fairshare lock held at all.
  *
+ * 8. Fair dequeue (fairqueue.c).  Each queue has one LWLock over its fair
+ *	  order (the heap of backlogged tenants and the virtual time), held
+ *	  EXCLUSIVE for a claim's planning and settling (no SPI, no I/O under it)
+ *	  and by commits that make a tenant backlogged.  Order: a tenant
+ *	  partition lock, then a queue's fair-order lock, then entry spinlocks;
+ *	  never the other way round.  Every write of FsTenant.virtual_finish is
+ *	  made under the queue's fair-order lock.  A tenant listed in the fair
+ *	  order carries FS_TENANT_QUEUED, which pins it like a held slot (rule 2),
+ *	  so the heap may keep pointers to it.  The claim map (rows claimed ->
+ *	  leases, for automatic release) is a partitioned hash with its own
+ *	  LWLocks, never held together with any other fairshare lock.  Each
+ *	  queue also has a commit gate (an atomic counter): a transaction that
+ *	  changes the queue's backlog is inside it from pre-commit until its
+ *	  changes are applied, and a recount closes it for the instant it takes
+ *	  its snapshot.  Nobody waits at the gate holding a fairshare lock.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -71,6 +87,7 @@
 #include "utils/memutils.h"
 
 #include "budget.h"
+#include "fairqueue.h"
 #include "gate.h"
 #include "tenant_limits.h"
 #include "shmem.h"
@@ -83,7 +100,10 @@
 /* Entries evicted by one pass, as a share of the table (at least one). */
 #define FS_EVICT_FRACTION	0.05
 
-/* After a pass that found nothing idle, fail open for this long instead. */
+/*
+ * After a pass that found nothing idle, fail open for this long instead (or
+ * until a tenant lets go of a slot: fs_tenant_may_be_idle()).
+ */
 #define FS_EVICT_BACKOFF_USECS	(USECS_PER_SEC)
 
 FsShared   *fs_shared = NULL;
@@ -152,6 +172,7 @@ fs_shmem_size(void)
 	size = add_size(size, fs_telemetry_shmem_size());
 	size = add_size(size, fs_tiers_shmem_size());
 	size = add_size(size, fs_worker_shmem_size());
+	size = add_size(size, fs_fairqueue_shmem_size());
 	return size;
 }
 
@@ -164,6 +185,7 @@ fs_shmem_request_hook(void)
 	RequestAddinShmemSpace(fs_shmem_size());
 	RequestNamedLWLockTranche("fairshare",
 							  FS_TIER_LOCKS_OFFSET + FS_TIER_PARTITIONS);
+	fs_fairqueue_shmem_request();
 }
 
 /*
@@ -229,6 +251,7 @@ fs_shmem_startup_hook(void)
 	fs_telemetry_shmem_init();
 	fs_tiers_shmem_init();
 	fs_worker_shmem_init();
+	fs_fairqueue_shmem_init();
 
 	LWLockRelease(AddinShmemInitLock);
 
@@ -406,8 +429,8 @@ fs_tenant_init(FsTenant *entry, TimestampTz now)
 
 /*
  * Bring an entry's time-dependent state up to `now`: the token bucket
- * accrues for the time since the last decision.  Call with the entry's
- * spinlock held, before deciding anything for it.
+ * accrues and the served work decays for the time since the last decision.
+ * Call with the entry's spinlock held, before deciding anything for it.
  */
 void
 fs_tenant_touch(FsTenant *entry, TimestampTz now)
@@ -415,21 +438,35 @@ fs_tenant_touch(FsTenant *entry, TimestampTz now)
 	if (now > entry->touched_at)
 	{
 		fs_budget_accrue(entry, now);
+		fs_fairqueue_decay(entry, now);
 		entry->touched_at = now;
 	}
 }
 
 /*
+ * A tenant may have become idle (it let go of a slot): end any eviction
+ * back-off, so that the next miss looks again.  Writes shared memory only
+ * while a back-off is in force.
+ */
+void
+fs_tenant_may_be_idle(void)
+{
+	if (pg_atomic_read_u64(&fs_shared->evict_not_before) != 0)
+		pg_atomic_write_u64(&fs_shared->evict_not_before, 0);
+}
+
+/*
  * May this entry be evicted?  Only when forgetting it loses nothing a fresh
  * entry would not give back: no slot held, no orphan lease, no backlog, a
- * full token bucket.  Called with the entry's spinlock held.
+ * full token bucket, and no fair-order state that matters (fairqueue.c).
+ * Called with the entry's spinlock held.
  */
 static bool
 fs_tenant_is_idle(FsTenant *entry, TimestampTz now)
 {
 	if (entry->slots_in_use > 0 || entry->orphan_leases > 0 || entry->ready_rows > 0)
 		return false;
-	return fs_budget_is_full(entry, now);
+	return fs_budget_is_full(entry, now) && fs_fairqueue_may_evict(entry);
 }
 
 typedef struct FsEvictCandidate
@@ -547,13 +584,14 @@ fs_tenant_partition_lock(uint32 hashvalue)
  * Returns NULL, holding nothing, when the entry does not exist and
  * FS_OPEN_CREATE is not given, when the table is full and nothing can be
  * evicted, or when fs_limits cannot be read (both counted: the caller fails
- * open).  With FS_OPEN_NO_LIMITS the
- * cached limits are used even if stale: for callers that may not run SPI
- * (transaction-end callbacks).
+ * open).
  *
  * Limits are cached in the entry together with the generation they were
  * loaded at.  When they are stale we let go of every lock, load them with
- * SPI (tenant_limits.c), and store them on the way back in.
+ * SPI (tenant_limits.c), and store them on the way back in.  With
+ * FS_OPEN_NO_LIMITS (for code that may not run SPI, such as transaction-end
+ * callbacks) stale limits are handed back as they are and left for the next
+ * decision.
  */
 FsTenant *
 fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
@@ -634,6 +672,14 @@ fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
 		ref->partition_lock = lock;
 		return entry;
 	}
+}
+
+/* fs_tenant_open() that never runs SPI: stale limits are returned as cached. */
+FsTenant *
+fs_tenant_open_cached(FsQueue *queue, const char *tenant, bool create, FsTenantRef *ref)
+{
+	return fs_tenant_open(queue, tenant,
+						  FS_OPEN_NO_LIMITS | (create ? FS_OPEN_CREATE : 0), ref);
 }
 
 void

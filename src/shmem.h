@@ -104,6 +104,10 @@ typedef struct FsTenant
 
 /* FsTenant.flags */
 #define FS_TENANT_NEW			0x01	/* created by this decision */
+#define FS_TENANT_QUEUED		0x02	/* listed in its queue's fair order
+										 * (fairqueue.c): pins the entry */
+#define FS_TENANT_DRY			0x04	/* its last claim found fewer rows than
+										 * counted: skipped for a while */
 
 /* Counters kept for the whole server, under FsShared->stats_mutex. */
 typedef struct FsGlobalStats
@@ -179,9 +183,12 @@ extern void fs_tenant_key_init(FsTenantKey *key, uint32 queue_id, const char *te
 
 extern FsTenant *fs_tenant_open(FsQueue *queue, const char *tenant, int flags,
 								FsTenantRef *ref);
+extern FsTenant *fs_tenant_open_cached(FsQueue *queue, const char *tenant, bool create,
+									   FsTenantRef *ref);
 extern void fs_tenant_close(FsTenantRef *ref);
 extern FsTenant *fs_tenant_insert_unlocked(const FsTenantKey *key);
 extern void fs_tenant_touch(FsTenant *entry, TimestampTz now);
+extern void fs_tenant_may_be_idle(void);
 extern void fs_tenant_foreach(fs_tenant_visitor visitor, void *arg);
 extern void fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg);
 extern long fs_tenant_count(void);

@@ -209,7 +209,10 @@ fs_tenant_slot_free(FsTenant *tenant, bool expired)
 		tenant->leases_expired++;
 	SpinLockRelease(&tenant->mutex);
 	if (freed)
+	{
 		pg_atomic_fetch_sub_u32(&queue->slots_in_use, 1);
+		fs_tenant_may_be_idle();
+	}
 	if (expired)
 		FS_COUNT_GLOBAL(leases_expired);
 }

@@ -32,6 +32,7 @@
 #include "storage/ipc.h"
 #include "utils/memutils.h"
 
+#include "fairqueue.h"
 #include "slots.h"
 #include "statefile.h"
 
@@ -71,6 +72,7 @@ typedef enum FsSectionTag
 	FS_SECTION_TENANTS = 2,		/* FsTenant, key.queue_id = queue index */
 	FS_SECTION_LEASES = 3,		/* FsLeaseRecord */
 	FS_SECTION_STATS = 4,		/* FsGlobalStats */
+	/* 5 and 6: fair dequeue (FS_SECTION_FAIRQ_* in fairqueue.h) */
 	FS_SECTION_END = 0xFFFF
 } FsSectionTag;
 
@@ -102,8 +104,13 @@ typedef struct FsSaveContext
 	uint32		nqueues;		/* queues written; newer ones are skipped */
 } FsSaveContext;
 
-static Size
-fs_section_begin(StringInfo buf, FsSectionTag tag, uint32 item_size)
+/*
+ * Start a section: returns where its header is, for fs_statefile_section_end
+ * to fill in the count.  Capabilities with state of their own write their
+ * sections with these (see fairqueue.c).
+ */
+Size
+fs_statefile_section_begin(StringInfo buf, uint32 tag, uint32 item_size)
 {
 	FsSectionHeader header = {tag, item_size, 0};
 	Size		at = buf->len;
@@ -112,8 +119,8 @@ fs_section_begin(StringInfo buf, FsSectionTag tag, uint32 item_size)
 	return at;
 }
 
-static void
-fs_section_end(StringInfo buf, Size at, uint64 count)
+void
+fs_statefile_section_end(StringInfo buf, Size at, uint64 count)
 {
 	((FsSectionHeader *) (buf->data + at))->count = count;
 }
@@ -195,10 +202,10 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	/* Queues, in id order: a queue's index in the file is its id. */
 	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
 	nqueues = fs_shared->num_queues;
-	at = fs_section_begin(&buf, FS_SECTION_QUEUES, sizeof(FsQueueKey));
+	at = fs_statefile_section_begin(&buf, FS_SECTION_QUEUES, sizeof(FsQueueKey));
 	for (i = 0; i < nqueues; i++)
 		appendBinaryStringInfo(&buf, (char *) &fs_shared->queues[i]->key, sizeof(FsQueueKey));
-	fs_section_end(&buf, at, nqueues);
+	fs_statefile_section_end(&buf, at, nqueues);
 	LWLockRelease(fs_shared->queues_lock);
 	ctx.nqueues = (uint32) nqueues;
 
@@ -206,25 +213,27 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	if (kind == FS_STATE_CLEAN)
 	{
 		ctx.count = 0;
-		at = fs_section_begin(&buf, FS_SECTION_TENANTS, sizeof(FsTenant));
+		at = fs_statefile_section_begin(&buf, FS_SECTION_TENANTS, sizeof(FsTenant));
 		fs_tenant_foreach(fs_save_tenant, &ctx);
-		fs_section_end(&buf, at, ctx.count);
+		fs_statefile_section_end(&buf, at, ctx.count);
 
 		SpinLockAcquire(&fs_shared->stats_mutex);
 		memcpy(&stats, &fs_shared->stats, sizeof(stats));
 		SpinLockRelease(&fs_shared->stats_mutex);
-		at = fs_section_begin(&buf, FS_SECTION_STATS, sizeof(FsGlobalStats));
+		at = fs_statefile_section_begin(&buf, FS_SECTION_STATS, sizeof(FsGlobalStats));
 		appendBinaryStringInfo(&buf, (char *) &stats, sizeof(stats));
-		fs_section_end(&buf, at, 1);
+		fs_statefile_section_end(&buf, at, 1);
 	}
 
 	/* Tenants a lease names were created before the lease: queues suffice. */
 	ctx.count = 0;
-	at = fs_section_begin(&buf, FS_SECTION_LEASES, sizeof(FsLeaseRecord));
+	at = fs_statefile_section_begin(&buf, FS_SECTION_LEASES, sizeof(FsLeaseRecord));
 	fs_lease_foreach(fs_save_lease, &ctx);
-	fs_section_end(&buf, at, ctx.count);
+	fs_statefile_section_end(&buf, at, ctx.count);
 
-	fs_section_begin(&buf, FS_SECTION_END, 0);
+	fs_fairqueue_save_state(&buf, ctx.nqueues, kind == FS_STATE_CLEAN);
+
+	fs_statefile_section_begin(&buf, FS_SECTION_END, 0);
 
 	INIT_CRC32C(crc);
 	COMP_CRC32C(crc, buf.data, buf.len);
@@ -494,7 +503,7 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 					entry->token_balance = record.token_balance;
 					entry->touched_at = Min(record.touched_at, now);
 					entry->virtual_finish = record.virtual_finish;
-					entry->ready_rows = record.ready_rows;
+					/* Backlogs are recounted from the tables on first use. */
 					memcpy(entry->decisions, record.decisions, sizeof(entry->decisions));
 					entry->leases_expired = record.leases_expired;
 					entry->failed_to_deliver = record.failed_to_deliver;
@@ -550,6 +559,12 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 			case FS_SECTION_STATS:
 				if (clean && section.item_size == sizeof(FsGlobalStats) && section.count == 1)
 					fs_read(&r, &fs_shared->stats, sizeof(FsGlobalStats));
+				break;
+
+			case FS_SECTION_FAIRQ_QUEUES:
+			case FS_SECTION_FAIRQ_CLAIMS:
+				fs_fairqueue_restore_section(section.tag, r.data + r.pos, section.item_size,
+											 section.count, queues, nqueues, clean);
 				break;
 
 			default:

@@ -27,6 +27,7 @@
 #include "utils/timestamp.h"
 
 #include "budget.h"
+#include "fairqueue.h"
 #include "shmem.h"
 #include "slots.h"
 #include "telemetry.h"
@@ -117,7 +118,7 @@ fs_tenant_state_row(ReturnSetInfo *rsinfo, const char *queue, FsTenant *t, Times
 		values[i++] = Float8GetDatum(t->token_balance);
 	}
 	values[i++] = Float8GetDatum(t->throttle * 100.0);
-	values[i++] = Int64GetDatum(t->ready_rows);
+	values[i++] = Int64GetDatum(Max(t->ready_rows, 0));
 	values[i++] = Float8GetDatum(t->virtual_finish);
 	for (r = 0; r < FS_NUM_TENANT_REASONS; r++)
 		values[i++] = Int64GetDatum((int64) t->decisions[r]);
@@ -324,6 +325,7 @@ fs_reset(PG_FUNCTION_ARGS)
 {
 	fs_check_loaded();
 	fs_tenant_mutate_all(fs_reset_tenant, NULL);
+	fs_fairqueue_reset_counters();
 
 	SpinLockAcquire(&fs_shared->stats_mutex);
 	memset(&fs_shared->stats, 0, sizeof(fs_shared->stats));

@@ -1,0 +1,1466 @@
+/*-------------------------------------------------------------------------
+ *
+ * fairqueue_track.c
+ *	  Fair dequeue's triggers and transactions: backlog counts applied at
+ *	  commit, what a claim undoes at rollback, and the claim map through
+ *	  which a row leaving the running table releases its lease.
+ *
+ * The ready-row trigger (AFTER INSERT OR DELETE OR UPDATE, FOR EACH ROW)
+ * evaluates each registration's filter and tenant on the row and adds +1 or
+ * -1 to a backend-local count per (queue, tenant, subtransaction).  Nothing
+ * reaches shared memory before the transaction commits (after its rows are
+ * visible), and a rolled-back (sub)transaction's counts are dropped: a row
+ * inserted in a transaction that rolls back never counts.
+ *
+ * fs_claim() has already taken its rows off the count (a reservation); when
+ * such a row leaves the ready state in the same transaction the trigger
+ * recognises its key and does not take it off again.  At commit, a claimed
+ * row that did not leave the ready state is given back (its reservation and
+ * its lease: nobody runs it).  At rollback a claim gives back everything:
+ * rows, leases (slots.c), tag advance, served work.  A row that leaves the
+ * ready state without fs_claim() (an application's own claim) is taken off
+ * and charged to its tenant's tag at commit, as a claim would be.
+ *
+ * The claim map (shared, partitioned) maps a claimed row's key to its lease.
+ * The running-row trigger (AFTER DELETE OR UPDATE on the running table)
+ * finds the lease of a row that stops running and releases it with
+ * fs_release_slot() semantics: at commit, undone by rollback.  With
+ * charge_runtime the held time is charged to the tenant's tag at commit.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "budget.h"
+#include "fairqueue_int.h"
+#include "slots.h"
+
+PG_FUNCTION_INFO_V1(fs_fair_ready_trigger);
+PG_FUNCTION_INFO_V1(fs_fair_running_trigger);
+PG_FUNCTION_INFO_V1(fs_fair_truncate_trigger);
+
+/* ----------------------------------------------------------------
+ * The claim map (shared)
+ * ----------------------------------------------------------------
+ */
+
+static HTAB *fs_claim_hash = NULL;
+
+Size
+fs_claim_map_shmem_size(void)
+{
+	return hash_estimate_size(fs_max_leases, sizeof(FsClaimEntry));
+}
+
+void
+fs_claim_map_shmem_init(void)
+{
+	HASHCTL		info;
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(FsClaimKey);
+	info.entrysize = sizeof(FsClaimEntry);
+	info.num_partitions = FS_CLAIM_PARTITIONS;
+	fs_claim_hash = ShmemInitHash("fairshare claims", fs_max_leases, fs_max_leases, &info,
+								  HASH_ELEM | HASH_BLOBS | HASH_PARTITION | HASH_FIXED_SIZE);
+}
+
+static inline LWLock *
+fs_claim_lock(uint32 hashvalue)
+{
+	return &fs_fair->claim_locks[hashvalue % FS_CLAIM_PARTITIONS].lock;
+}
+
+/*
+ * A row key's identity: integers as int64, uuids and short text as their
+ * bytes, longer text as a 128-bit hash of its bytes.
+ */
+void
+fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value, Oid type, int16 typlen,
+				  bool typbyval)
+{
+	const char *data;
+	Size		len;
+
+	memset(key, 0, sizeof(*key));
+	key->queue_id = queue_id;
+	if (typbyval)
+	{
+		int64		v = type == INT2OID ? DatumGetInt16(value) :
+			type == INT4OID ? DatumGetInt32(value) : DatumGetInt64(value);
+
+		key->len = sizeof(v);
+		memcpy(key->bytes, &v, sizeof(v));
+		return;
+	}
+	if (typlen > 0)
+	{
+		data = DatumGetPointer(value);
+		len = typlen;
+	}
+	else
+	{
+		text	   *t = DatumGetTextPP(value);
+
+		data = VARDATA_ANY(t);
+		len = VARSIZE_ANY_EXHDR(t);
+	}
+	key->len = (uint16) Min(len, PG_UINT16_MAX);
+	if (len <= FS_KEY_INLINE)
+		memcpy(key->bytes, data, len);
+	else
+	{
+		uint64		h1 = hash_bytes_extended((const unsigned char *) data, (int) len, 0x66616972);
+		uint64		h2 = hash_bytes_extended((const unsigned char *) data, (int) len, 0x73686172);
+
+		key->hashed = 1;
+		memcpy(key->bytes, &h1, sizeof(h1));
+		memcpy(key->bytes + sizeof(h1), &h2, sizeof(h2));
+	}
+}
+
+static bool
+fs_claim_map_insert(const FsClaimKey *key, int64 lease_id, float8 est_cost, const char *tenant)
+{
+	uint32		hashvalue = get_hash_value(fs_claim_hash, key);
+	LWLock	   *lock = fs_claim_lock(hashvalue);
+	FsClaimEntry *entry;
+	bool		found;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_ENTER_NULL, &found);
+	if (entry != NULL)
+	{
+		entry->lease_id = lease_id;
+		entry->est_cost = est_cost;
+		strlcpy(entry->tenant, tenant, FS_NAME_BUFLEN);
+	}
+	LWLockRelease(lock);
+	return entry != NULL;
+}
+
+static bool
+fs_claim_map_find(const FsClaimKey *key, FsClaimEntry *copy)
+{
+	uint32		hashvalue = get_hash_value(fs_claim_hash, key);
+	LWLock	   *lock = fs_claim_lock(hashvalue);
+	FsClaimEntry *entry;
+
+	LWLockAcquire(lock, LW_SHARED);
+	entry = hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_FIND, NULL);
+	if (entry != NULL)
+		*copy = *entry;
+	LWLockRelease(lock);
+	return entry != NULL;
+}
+
+/* Remove the entry of `key` if it still maps to `lease_id`. */
+static void
+fs_claim_map_remove(const FsClaimKey *key, int64 lease_id)
+{
+	uint32		hashvalue = get_hash_value(fs_claim_hash, key);
+	LWLock	   *lock = fs_claim_lock(hashvalue);
+	FsClaimEntry *entry;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_FIND, NULL);
+	if (entry != NULL && entry->lease_id == lease_id)
+		hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_REMOVE, NULL);
+	LWLockRelease(lock);
+}
+
+static void
+fs_claim_map_lock_all(LWLockMode mode)
+{
+	int			i;
+
+	for (i = 0; i < FS_CLAIM_PARTITIONS; i++)
+		LWLockAcquire(&fs_fair->claim_locks[i].lock, mode);
+}
+
+static void
+fs_claim_map_unlock_all(void)
+{
+	int			i;
+
+	for (i = FS_CLAIM_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_fair->claim_locks[i].lock);
+}
+
+/* Copies of the entries of one queue (allocated before locking). */
+static FsClaimEntry *
+fs_claim_map_collect(uint32 queue_id, int *count)
+{
+	FsClaimEntry *entries = palloc_extended(sizeof(FsClaimEntry) * fs_max_leases,
+											MCXT_ALLOC_HUGE);
+	HASH_SEQ_STATUS seq;
+	FsClaimEntry *entry;
+	int			n = 0;
+
+	fs_claim_map_lock_all(LW_SHARED);
+	hash_seq_init(&seq, fs_claim_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		if (entry->key.queue_id == queue_id && n < fs_max_leases)
+			entries[n++] = *entry;
+	fs_claim_map_unlock_all();
+	*count = n;
+	return entries;
+}
+
+static void
+fs_claim_map_remove_queue(uint32 queue_id)
+{
+	HASH_SEQ_STATUS seq;
+	FsClaimEntry *entry;
+
+	fs_claim_map_lock_all(LW_EXCLUSIVE);
+	hash_seq_init(&seq, fs_claim_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		if (entry->key.queue_id == queue_id)
+			hash_search(fs_claim_hash, &entry->key, HASH_REMOVE, NULL);
+	fs_claim_map_unlock_all();
+}
+
+long
+fs_claim_map_count(uint32 queue_id)
+{
+	HASH_SEQ_STATUS seq;
+	FsClaimEntry *entry;
+	long		n = 0;
+
+	fs_claim_map_lock_all(LW_SHARED);
+	hash_seq_init(&seq, fs_claim_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		if (entry->key.queue_id == queue_id)
+			n++;
+	fs_claim_map_unlock_all();
+	return n;
+}
+
+typedef struct FsLiveLeases
+{
+	HTAB	   *ids;
+} FsLiveLeases;
+
+static void
+fs_collect_live_lease(const FsLeaseInfo *lease, void *arg)
+{
+	FsLiveLeases *live = (FsLiveLeases *) arg;
+
+	(void) hash_search(live->ids, &lease->lease_id, HASH_ENTER_NULL, NULL);
+}
+
+/*
+ * Forget claim-map entries whose leases are gone (released without the row
+ * leaving the running table, or expired).  Returns how many.
+ */
+int
+fs_claim_map_sweep(void)
+{
+	HASHCTL		info;
+	FsLiveLeases live;
+	HASH_SEQ_STATUS seq;
+	FsClaimEntry *entry;
+	int			removed = 0;
+
+	/* Preallocated: the visitor runs under the lease locks. */
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(int64);
+	info.entrysize = sizeof(int64);
+	info.hcxt = CurrentMemoryContext;
+	live.ids = hash_create("fairshare live leases", fs_max_leases, &info,
+						   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT | HASH_FIXED_SIZE);
+	fs_lease_foreach(fs_collect_live_lease, &live);
+
+	fs_claim_map_lock_all(LW_EXCLUSIVE);
+	hash_seq_init(&seq, fs_claim_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		if (hash_search(live.ids, &entry->lease_id, HASH_FIND, NULL) == NULL)
+		{
+			hash_search(fs_claim_hash, &entry->key, HASH_REMOVE, NULL);
+			removed++;
+		}
+	fs_claim_map_unlock_all();
+	hash_destroy(live.ids);
+	return removed;
+}
+
+uint64
+fs_claim_map_save(StringInfo buf, uint32 nqueues)
+{
+	HASH_SEQ_STATUS seq;
+	FsClaimEntry *entry;
+	uint64		count = 0;
+
+	/* appendBinaryStringInfo may error: copy out first. */
+	FsClaimEntry *entries = palloc_extended(sizeof(FsClaimEntry) * fs_max_leases,
+											MCXT_ALLOC_HUGE);
+	uint64		n = 0;
+	uint64		i;
+
+	fs_claim_map_lock_all(LW_SHARED);
+	hash_seq_init(&seq, fs_claim_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		if (entry->key.queue_id < nqueues && n < (uint64) fs_max_leases)
+			entries[n++] = *entry;
+	fs_claim_map_unlock_all();
+	for (i = 0; i < n; i++)
+	{
+		appendBinaryStringInfo(buf, (char *) &entries[i], sizeof(FsClaimEntry));
+		count++;
+	}
+	pfree(entries);
+	return count;
+}
+
+/* In the postmaster, before any backend exists (no locks). */
+void
+fs_claim_map_restore(const FsClaimEntry *entries, uint64 count, FsQueue **queues,
+					 uint64 nqueues)
+{
+	uint64		i;
+
+	for (i = 0; i < count; i++)
+	{
+		FsClaimEntry rec;
+		FsClaimEntry *entry;
+		bool		found;
+
+		memcpy(&rec, &entries[i], sizeof(rec));
+		if (rec.key.queue_id >= nqueues || queues[rec.key.queue_id] == NULL)
+			continue;
+		rec.key.queue_id = queues[rec.key.queue_id]->queue_id;
+		rec.tenant[FS_NAME_MAXLEN] = '\0';
+		entry = hash_search(fs_claim_hash, &rec.key, HASH_ENTER_NULL, &found);
+		if (entry != NULL)
+			*entry = rec;
+	}
+}
+
+/* ----------------------------------------------------------------
+ * What this transaction did (backend-local)
+ * ----------------------------------------------------------------
+ */
+
+typedef struct FsDeltaKey
+{
+	uint32		queue_id;
+	SubTransactionId subid;
+	char		tenant[FS_NAME_BUFLEN];	/* "": rows without a valid tenant */
+} FsDeltaKey;
+
+typedef struct FsDelta
+{
+	FsDeltaKey	key;
+	FsQueue    *queue;
+	int64		rows;
+	int32		leaves;			/* rows that left without fs_claim() */
+	float8		charge;			/* their cost */
+} FsDelta;
+
+/* One tenant of one fs_claim() round, for rollback. */
+typedef struct FsClaimRec
+{
+	FsQueue    *queue;
+	SubTransactionId subid;
+	char		tenant[FS_NAME_BUFLEN];
+	int32		rows;
+	float8		charge;
+	float8		served;
+	uint64		resync_gen;
+	float8		vtime_before;
+	float8		vtime_after;
+} FsClaimRec;
+
+/* A row claimed in this transaction. */
+typedef struct FsClaimedRow
+{
+	FsClaimKey	key;			/* hash key: must be first */
+	FsQueue    *queue;
+	SubTransactionId subid;
+	SubTransactionId left_subid;	/* left the ready state, or 0 */
+	bool		reserved;		/* taken off the count by the claim */
+	bool		mapped;			/* in the claim map */
+	int64		lease_id;
+	uint64		resync_gen;
+	Datum		value;			/* the key (copied) */
+	char		tenant[FS_NAME_BUFLEN];
+} FsClaimedRow;
+
+/* A lease released by the running-row trigger. */
+typedef struct FsRelease
+{
+	FsQueue    *queue;
+	SubTransactionId subid;
+	FsClaimKey	key;
+	int64		lease_id;
+	int64		held_usecs;
+	float8		est_cost;
+	bool		released;
+	bool		charge_runtime;
+	char		tenant[FS_NAME_BUFLEN];
+} FsRelease;
+
+typedef struct FsQueueEvent
+{
+	char		queue_name[FS_NAME_BUFLEN];	/* "" = registrations in general */
+	SubTransactionId subid;
+	uint8		kind;
+} FsQueueEvent;
+
+#define FS_EVENT_REGISTERED		1
+#define FS_EVENT_UNREGISTERED	2
+#define FS_EVENT_TRUNCATED		3
+
+/* Queues whose commit gate this transaction entered (fairqueue.c). */
+#define FS_MAX_GATED	64
+static FsQueue *gated[FS_MAX_GATED];
+static int	ngated = 0;
+static bool gate_exit_registered = false;
+
+/*
+ * The two hash tables outlive transactions (emptied at each end, rebuilt
+ * only after an unusually large one): making them anew for every enqueue
+ * was a good part of the triggers' cost.  Everything else lives in
+ * xact_cxt, reset at each end.
+ */
+#define FS_XACT_TABLE_KEEP	256
+
+static MemoryContext tables_cxt = NULL;
+static MemoryContext xact_cxt = NULL;
+
+/*
+ * Tenants whose rows left through the application's own claim, made ready
+ * before commit (where allocating may still fail) and applied at commit in
+ * fair order (see fs_apply_own_claims()).
+ */
+typedef struct FsOwnClaim
+{
+	FsDelta    *delta;
+	float8		tag;			/* the tenant's finish tag, read at commit */
+} FsOwnClaim;
+
+static FsOwnClaim *own_claims = NULL;
+static int	n_own_claims = 0;
+static HTAB *xact_deltas = NULL;
+static HTAB *xact_claimed = NULL;
+static List *xact_claims = NIL;		/* FsClaimRec */
+static List *xact_releases = NIL;	/* FsRelease */
+static List *xact_events = NIL;		/* FsQueueEvent */
+static bool xact_active = false;
+
+static HTAB *
+fs_xact_table(const char *name, Size keysize, Size entrysize)
+{
+	HASHCTL		info;
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = keysize;
+	info.entrysize = entrysize;
+	info.hcxt = tables_cxt;
+	return hash_create(name, 16, &info, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+static void
+fs_xact_begin(void)
+{
+	if (xact_active)
+		return;
+	if (xact_cxt == NULL)
+	{
+		tables_cxt = AllocSetContextCreate(TopMemoryContext, "fairshare fair dequeue tables",
+										   ALLOCSET_SMALL_SIZES);
+		xact_cxt = AllocSetContextCreate(TopMemoryContext, "fairshare fair dequeue transaction",
+										 ALLOCSET_DEFAULT_SIZES);
+	}
+	if (xact_deltas == NULL)
+		xact_deltas = fs_xact_table("fairshare backlog deltas", sizeof(FsDeltaKey),
+									sizeof(FsDelta));
+	if (xact_claimed == NULL)
+		xact_claimed = fs_xact_table("fairshare claimed rows", sizeof(FsClaimKey),
+									 sizeof(FsClaimedRow));
+	xact_claims = NIL;
+	xact_releases = NIL;
+	xact_events = NIL;
+	xact_active = true;
+}
+
+/* Empty a table for the next transaction (or drop it if it grew large). */
+static void
+fs_xact_table_clear(HTAB **table)
+{
+	HASH_SEQ_STATUS seq;
+	void	   *entry;
+
+	if (*table == NULL || hash_get_num_entries(*table) == 0)
+		return;
+	if (hash_get_num_entries(*table) > FS_XACT_TABLE_KEEP)
+	{
+		hash_destroy(*table);
+		*table = NULL;
+		return;
+	}
+	hash_seq_init(&seq, *table);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		hash_search(*table, entry, HASH_REMOVE, NULL);
+}
+
+static void
+fs_xact_reset(void)
+{
+	fs_xact_table_clear(&xact_deltas);
+	fs_xact_table_clear(&xact_claimed);
+	xact_claims = NIL;
+	xact_releases = NIL;
+	xact_events = NIL;
+	xact_active = false;
+	MemoryContextReset(xact_cxt);
+	own_claims = NULL;
+	n_own_claims = 0;
+}
+
+static void
+fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves, float8 charge)
+{
+	FsDeltaKey	key;
+	FsDelta    *delta;
+	bool		found;
+
+	fs_xact_begin();
+	memset(&key, 0, sizeof(key));
+	key.queue_id = queue->queue_id;
+	key.subid = GetCurrentSubTransactionId();
+	strlcpy(key.tenant, tenant, FS_NAME_BUFLEN);
+	delta = hash_search(xact_deltas, &key, HASH_ENTER, &found);
+	if (!found)
+	{
+		delta->queue = queue;
+		delta->rows = 0;
+		delta->leaves = 0;
+		delta->charge = 0;
+	}
+	delta->rows += rows;
+	delta->leaves += leaves;
+	delta->charge += charge;
+}
+
+void
+fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows, float8 charge, float8 served,
+			   uint64 resync_gen, float8 vtime_before, float8 vtime_after)
+{
+	MemoryContext old;
+	FsClaimRec *rec;
+
+	fs_xact_begin();
+	old = MemoryContextSwitchTo(xact_cxt);
+	rec = palloc(sizeof(FsClaimRec));
+	rec->queue = desc->queue;
+	rec->subid = GetCurrentSubTransactionId();
+	strlcpy(rec->tenant, tenant, FS_NAME_BUFLEN);
+	rec->rows = rows;
+	rec->charge = charge;
+	rec->served = served;
+	rec->resync_gen = resync_gen;
+	rec->vtime_before = vtime_before;
+	rec->vtime_after = vtime_after;
+	xact_claims = lappend(xact_claims, rec);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * A row fs_claim() returned: remember it (to recognise it leaving the ready
+ * state) and map its key to its lease (to release it when it stops
+ * running).  Returns false for a row without a key: such a row cannot be
+ * recognised, so the caller gives its reservation back at once.
+ */
+bool
+fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_isnull,
+					 int64 lease_id, float8 est_cost, bool reserved, uint64 resync_gen)
+{
+	FsClaimKey	ckey;
+	FsClaimedRow *row;
+	bool		found;
+	MemoryContext old;
+
+	if (key_isnull)
+		return false;
+	fs_xact_begin();
+	fs_claim_key_make(&ckey, desc->queue->queue_id, key, desc->key_type, desc->key_len,
+					  desc->key_byval);
+	old = MemoryContextSwitchTo(xact_cxt);
+	row = hash_search(xact_claimed, &ckey, HASH_ENTER, &found);
+	row->queue = desc->queue;
+	row->subid = GetCurrentSubTransactionId();
+	row->left_subid = 0;
+	row->reserved = reserved;
+	row->mapped = false;
+	row->lease_id = lease_id;
+	row->resync_gen = resync_gen;
+	row->value = datumCopy(key, desc->key_byval, desc->key_len);
+	strlcpy(row->tenant, tenant, FS_NAME_BUFLEN);
+	if (OidIsValid(desc->running_relid))
+	{
+		row->mapped = fs_claim_map_insert(&ckey, lease_id, est_cost, tenant);
+		if (!row->mapped)
+		{
+			LWLockAcquire(desc->fq->lock, LW_EXCLUSIVE);
+			desc->fq->counters.unmapped++;
+			LWLockRelease(desc->fq->lock);
+		}
+	}
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/*
+ * Keys of the rows of `queue` this transaction claimed and still holds (did
+ * not take out of the ready state), as an array for the claim query, or
+ * NULL when there are none.
+ */
+ArrayType *
+fs_track_held_keys(FsFairDesc *desc)
+{
+	HASH_SEQ_STATUS seq;
+	FsClaimedRow *row;
+	Datum	   *values;
+	int			n = 0;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	if (!xact_active || desc->queue == NULL || hash_get_num_entries(xact_claimed) == 0)
+		return NULL;
+	values = palloc(sizeof(Datum) * hash_get_num_entries(xact_claimed));
+	hash_seq_init(&seq, xact_claimed);
+	while ((row = hash_seq_search(&seq)) != NULL)
+		if (row->queue == desc->queue && row->left_subid == 0)
+			values[n++] = row->value;
+	if (n == 0)
+		return NULL;
+	get_typlenbyvalalign(desc->key_type, &typlen, &typbyval, &typalign);
+	return construct_array(values, n, desc->key_type, typlen, typbyval, typalign);
+}
+
+void
+fs_track_registration_changed(const char *queue_name, bool unregistered)
+{
+	MemoryContext old;
+	FsQueueEvent *event;
+
+	fs_xact_begin();
+	old = MemoryContextSwitchTo(xact_cxt);
+	event = palloc0(sizeof(FsQueueEvent));
+	if (queue_name != NULL)
+		strlcpy(event->queue_name, queue_name, FS_NAME_BUFLEN);
+	event->subid = GetCurrentSubTransactionId();
+	event->kind = unregistered ? FS_EVENT_UNREGISTERED : FS_EVENT_REGISTERED;
+	xact_events = lappend(xact_events, event);
+	MemoryContextSwitchTo(old);
+	/* This transaction sees its own change at once. */
+	fs_fair_invalidate_all();
+}
+
+/* ----------------------------------------------------------------
+ * The triggers
+ * ----------------------------------------------------------------
+ */
+
+static TriggerData *
+fs_trigger_data(FunctionCallInfo fcinfo, const char *name, bool row)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(td->tg_event) ||
+		(TRIGGER_FIRED_FOR_ROW(td->tg_event) != 0) != row)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("%s() must be fired AFTER ... FOR EACH %s", name, row ? "ROW" : "STATEMENT")));
+	return td;
+}
+
+/*
+ * Evaluate a registration on a ready-table row: false if the row is not
+ * ready; else true, with its tenant in `tenant` ("" if NULL or not a valid
+ * tenant name).
+ */
+static bool
+fs_ready_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, char *tenant)
+{
+	bool		isnull;
+	Datum		value;
+	text	   *t;
+	int			len;
+
+	econtext->ecxt_scantuple = slot;
+	if (role->filter != NULL)
+	{
+		value = ExecEvalExprSwitchContext(role->filter, econtext, &isnull);
+		if (isnull || !DatumGetBool(value))
+			return false;
+	}
+	tenant[0] = '\0';
+	value = ExecEvalExprSwitchContext(role->tenant, econtext, &isnull);
+	if (isnull)
+		return true;
+	t = DatumGetTextPP(value);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0 || len > FS_NAME_MAXLEN || (len == 1 && *VARDATA_ANY(t) == '*'))
+		return true;
+	memcpy(tenant, VARDATA_ANY(t), len);
+	tenant[len] = '\0';
+	return true;
+}
+
+/* A ready row of `tenant` left the ready state (deleted or updated out). */
+static void
+fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, const char *tenant)
+{
+	bool		isnull;
+	Datum		key;
+	float8		cost;
+
+	if (tenant[0] == '\0')
+	{
+		fs_delta_add(role->queue, "", -1, 0, 0);
+		return;
+	}
+
+	econtext->ecxt_scantuple = slot;
+	key = ExecEvalExprSwitchContext(role->key, econtext, &isnull);
+	if (!isnull && xact_active)
+	{
+		FsClaimKey ckey;
+		FsClaimedRow *row;
+
+		fs_claim_key_make(&ckey, role->queue->queue_id, key, role->key_type, role->key_len,
+						  role->key_byval);
+		row = hash_search(xact_claimed, &ckey, HASH_FIND, NULL);
+		if (row != NULL && row->reserved && row->left_subid == 0)
+		{
+			/* Claimed by fs_claim() in this transaction: already taken off. */
+			row->left_subid = GetCurrentSubTransactionId();
+			return;
+		}
+	}
+
+	if (role->cost != NULL)
+		cost = fs_fair_clamp_cost(DatumGetFloat8(ExecEvalExprSwitchContext(role->cost, econtext,
+																		   &isnull)), isnull);
+	else
+		cost = role->charge_runtime ? fs_fair_queue(role->queue)->avg_runtime_ms : 1.0;
+	fs_delta_add(role->queue, tenant, -1, 1, cost);
+}
+
+/* AFTER INSERT OR DELETE OR UPDATE FOR EACH ROW on a ready table. */
+Datum
+fs_fair_ready_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_ready_trigger", true);
+	FsRelTriggers *rt;
+	int			i;
+
+	/* Not preloaded: nothing to keep (the queue is recounted when it is). */
+	if (fs_fair == NULL)
+		return PointerGetDatum(NULL);
+	rt = fs_fair_rel_triggers(td->tg_relation);
+
+	for (i = 0; i < rt->nready; i++)
+	{
+		FsRelRole  *role = &rt->ready[i];
+		char		old_tenant[FS_NAME_BUFLEN];
+		char		new_tenant[FS_NAME_BUFLEN];
+		bool		old_in = false;
+		bool		new_in = false;
+
+		if (role->queue == NULL)
+			continue;			/* no room for the queue: claims fail open */
+		if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
+			new_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, new_tenant);
+		else if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
+			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant);
+		else
+		{
+			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant);
+			new_in = fs_ready_eval(role, rt->econtext, td->tg_newslot, new_tenant);
+			if (old_in && new_in && strcmp(old_tenant, new_tenant) == 0)
+				old_in = new_in = false;	/* still ready, same tenant */
+		}
+		if (old_in)
+			fs_ready_leave(role, rt->econtext, td->tg_trigslot, old_tenant);
+		if (new_in)
+			fs_delta_add(role->queue, new_tenant, 1, 0, 0);
+		ResetExprContext(rt->econtext);
+	}
+	return PointerGetDatum(NULL);
+}
+
+static bool
+fs_running_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		value;
+
+	if (role->running_filter == NULL)
+		return true;
+	econtext->ecxt_scantuple = slot;
+	value = ExecEvalExprSwitchContext(role->running_filter, econtext, &isnull);
+	return !isnull && DatumGetBool(value);
+}
+
+/* Release the lease of a claimed row (found in the claim map). */
+static void
+fs_release_claim(FsRelRole *role, const FsClaimEntry *entry)
+{
+	MemoryContext old;
+	FsRelease  *rel;
+	int64		held = 0;
+	bool		released;
+
+	released = fs_slot_release(entry->lease_id, fs_now(), &held);
+	fs_xact_begin();
+	old = MemoryContextSwitchTo(xact_cxt);
+	rel = palloc(sizeof(FsRelease));
+	rel->queue = role->queue;
+	rel->subid = GetCurrentSubTransactionId();
+	rel->key = entry->key;
+	rel->lease_id = entry->lease_id;
+	rel->held_usecs = held;
+	rel->est_cost = entry->est_cost;
+	rel->released = released;
+	rel->charge_runtime = role->charge_runtime;
+	strlcpy(rel->tenant, entry->tenant, FS_NAME_BUFLEN);
+	xact_releases = lappend(xact_releases, rel);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+fs_running_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		key;
+	FsClaimKey	ckey;
+	FsClaimEntry entry;
+
+	econtext->ecxt_scantuple = slot;
+	key = ExecEvalExprSwitchContext(role->running_key, econtext, &isnull);
+	if (isnull)
+		return;
+	fs_claim_key_make(&ckey, role->queue->queue_id, key, role->key_type, role->key_len,
+					  role->key_byval);
+	if (fs_claim_map_find(&ckey, &entry))
+		fs_release_claim(role, &entry);
+}
+
+/* AFTER DELETE OR UPDATE FOR EACH ROW on a running table. */
+Datum
+fs_fair_running_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_running_trigger", true);
+	FsRelTriggers *rt;
+	int			i;
+
+	if (fs_fair == NULL)
+		return PointerGetDatum(NULL);
+	rt = fs_fair_rel_triggers(td->tg_relation);
+
+	for (i = 0; i < rt->nrunning; i++)
+	{
+		FsRelRole  *role = &rt->running[i];
+
+		if (role->queue == NULL)
+			continue;
+		if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
+		{
+			if (fs_running_eval(role, rt->econtext, td->tg_trigslot))
+				fs_running_leave(role, rt->econtext, td->tg_trigslot);
+		}
+		else if (TRIGGER_FIRED_BY_UPDATE(td->tg_event) &&
+				 fs_running_eval(role, rt->econtext, td->tg_trigslot))
+		{
+			bool		still = fs_running_eval(role, rt->econtext, td->tg_newslot);
+
+			if (still)
+			{
+				bool		old_null;
+				bool		new_null;
+				Datum		old_key;
+				Datum		new_key;
+
+				/* Still running, unless it became another job. */
+				rt->econtext->ecxt_scantuple = td->tg_trigslot;
+				old_key = ExecEvalExprSwitchContext(role->running_key, rt->econtext, &old_null);
+				rt->econtext->ecxt_scantuple = td->tg_newslot;
+				new_key = ExecEvalExprSwitchContext(role->running_key, rt->econtext, &new_null);
+				still = old_null == new_null &&
+					(old_null || datumIsEqual(old_key, new_key, role->key_byval, role->key_len));
+			}
+			if (!still)
+				fs_running_leave(role, rt->econtext, td->tg_trigslot);
+		}
+		ResetExprContext(rt->econtext);
+	}
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * AFTER TRUNCATE FOR EACH STATEMENT: a truncated ready table is recounted
+ * at its queue's next use; a truncated running table releases the leases of
+ * all its claimed rows.
+ */
+Datum
+fs_fair_truncate_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_truncate_trigger", false);
+	FsRelTriggers *rt;
+	bool		running;
+	int			i;
+
+	if (fs_fair == NULL)
+		return PointerGetDatum(NULL);
+	running = td->tg_trigger->tgnargs > 0 && strcmp(td->tg_trigger->tgargs[0], "running") == 0;
+	rt = fs_fair_rel_triggers(td->tg_relation);
+
+	if (!running)
+	{
+		for (i = 0; i < rt->nready; i++)
+		{
+			MemoryContext old;
+			FsQueueEvent *event;
+
+			if (rt->ready[i].queue == NULL)
+				continue;
+			fs_xact_begin();
+			old = MemoryContextSwitchTo(xact_cxt);
+			event = palloc0(sizeof(FsQueueEvent));
+			strlcpy(event->queue_name, rt->ready[i].queue_name, FS_NAME_BUFLEN);
+			event->subid = GetCurrentSubTransactionId();
+			event->kind = FS_EVENT_TRUNCATED;
+			xact_events = lappend(xact_events, event);
+			MemoryContextSwitchTo(old);
+		}
+		return PointerGetDatum(NULL);
+	}
+
+	for (i = 0; i < rt->nrunning; i++)
+	{
+		FsRelRole  *role = &rt->running[i];
+		FsClaimEntry *entries;
+		int			n;
+		int			k;
+
+		if (role->queue == NULL)
+			continue;
+		entries = fs_claim_map_collect(role->queue->queue_id, &n);
+		for (k = 0; k < n; k++)
+			fs_release_claim(role, &entries[k]);
+		pfree(entries);
+	}
+	return PointerGetDatum(NULL);
+}
+
+/* ----------------------------------------------------------------
+ * Transaction ends
+ * ----------------------------------------------------------------
+ */
+
+/* Undo the claims of the whole transaction (subid 0) or one subtransaction. */
+static void
+fs_undo_claims(SubTransactionId subid)
+{
+	List	   *keep = NIL;
+	int			i;
+
+	/* Newest first, so virtual time unwinds in order. */
+	for (i = list_length(xact_claims) - 1; i >= 0; i--)
+	{
+		FsClaimRec *rec = list_nth(xact_claims, i);
+		FsTenantChange c;
+
+		if (subid != InvalidSubTransactionId && rec->subid != subid)
+			continue;
+		/* Rows back unless recounted since; tag, served work, V back. */
+		fs_change_init(&c, fs_now());
+		c.rows = rec->rows;
+		c.resync_gen = rec->resync_gen;
+		c.served = -rec->served;
+		c.tag = -rec->charge;
+		c.restore_vtime = true;
+		c.vtime_before = rec->vtime_before;
+		c.vtime_after = rec->vtime_after;
+		fs_fair_change(rec->queue, rec->tenant, false, &c);
+	}
+	if (subid != InvalidSubTransactionId)
+	{
+		ListCell   *lc;
+
+		foreach(lc, xact_claims)
+			if (((FsClaimRec *) lfirst(lc))->subid != subid)
+				keep = lappend(keep, lfirst(lc));
+		xact_claims = keep;
+	}
+
+	if (xact_claimed != NULL)
+	{
+		HASH_SEQ_STATUS seq;
+		FsClaimedRow *row;
+
+		hash_seq_init(&seq, xact_claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+		{
+			if (subid != InvalidSubTransactionId && row->left_subid == subid)
+				row->left_subid = 0;
+			if (subid != InvalidSubTransactionId && row->subid != subid)
+				continue;
+			if (row->mapped)
+				fs_claim_map_remove(&row->key, row->lease_id);
+			hash_search(xact_claimed, &row->key, HASH_REMOVE, NULL);
+		}
+	}
+}
+
+/* Drop what an aborted subtransaction recorded. */
+static void
+fs_drop_subxact(SubTransactionId subid)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	List	   *keep = NIL;
+	ListCell   *lc;
+
+	hash_seq_init(&seq, xact_deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		if (delta->key.subid == subid)
+			hash_search(xact_deltas, &delta->key, HASH_REMOVE, NULL);
+
+	foreach(lc, xact_releases)
+		if (((FsRelease *) lfirst(lc))->subid != subid)
+			keep = lappend(keep, lfirst(lc));
+	xact_releases = keep;
+
+	keep = NIL;
+	foreach(lc, xact_events)
+		if (((FsQueueEvent *) lfirst(lc))->subid != subid)
+			keep = lappend(keep, lfirst(lc));
+		else if (((FsQueueEvent *) lfirst(lc))->kind != FS_EVENT_TRUNCATED)
+			fs_fair_invalidate_all();
+	xact_events = keep;
+}
+
+/* A committed subtransaction's records now belong to its parent. */
+static void
+fs_merge_subxact(SubTransactionId subid, SubTransactionId parent)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	FsClaimedRow *row;
+	ListCell   *lc;
+	List	   *moved = NIL;
+
+	hash_seq_init(&seq, xact_deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		if (delta->key.subid == subid)
+			moved = lappend(moved, delta);
+	foreach(lc, moved)
+	{
+		FsDelta    *from = lfirst(lc);
+		FsDelta		copy = *from;
+
+		hash_search(xact_deltas, &from->key, HASH_REMOVE, NULL);
+		copy.key.subid = parent;
+		{
+			FsDelta    *to;
+			bool		found;
+
+			to = hash_search(xact_deltas, &copy.key, HASH_ENTER, &found);
+			if (!found)
+			{
+				to->queue = copy.queue;
+				to->rows = to->leaves = 0;
+				to->charge = 0;
+			}
+			to->rows += copy.rows;
+			to->leaves += copy.leaves;
+			to->charge += copy.charge;
+		}
+	}
+	list_free(moved);
+
+	hash_seq_init(&seq, xact_claimed);
+	while ((row = hash_seq_search(&seq)) != NULL)
+	{
+		if (row->subid == subid)
+			row->subid = parent;
+		if (row->left_subid == subid)
+			row->left_subid = parent;
+	}
+	foreach(lc, xact_claims)
+		if (((FsClaimRec *) lfirst(lc))->subid == subid)
+			((FsClaimRec *) lfirst(lc))->subid = parent;
+	foreach(lc, xact_releases)
+		if (((FsRelease *) lfirst(lc))->subid == subid)
+			((FsRelease *) lfirst(lc))->subid = parent;
+	foreach(lc, xact_events)
+		if (((FsQueueEvent *) lfirst(lc))->subid == subid)
+			((FsQueueEvent *) lfirst(lc))->subid = parent;
+}
+
+static void
+fs_gate_leave_all(void)
+{
+	while (ngated > 0)
+		fs_fair_gate_leave(gated[--ngated]);
+}
+
+static void
+fs_gate_exit_callback(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+{
+	fs_gate_leave_all();
+}
+
+/* Enter `queue`'s commit gate once in this transaction. */
+static void
+fs_gate_enter_once(FsQueue *queue)
+{
+	int			i;
+
+	for (i = 0; i < ngated; i++)
+		if (gated[i] == queue)
+			return;
+	if (!gate_exit_registered)
+	{
+		before_shmem_exit(fs_gate_exit_callback, (Datum) 0);
+		gate_exit_registered = true;
+	}
+	if (ngated == FS_MAX_GATED)
+		elog(ERROR, "one transaction changed more than %d fair-dequeue queues", FS_MAX_GATED);
+	fs_fair_gate_enter(queue);
+	gated[ngated++] = queue;
+}
+
+/*
+ * Before commit (SPI still allowed): end the leases of claimed rows that did
+ * not leave the ready state (nobody runs them), and make sure every tenant
+ * that gets ready rows has an entry with current limits.
+ */
+static void
+fs_pre_commit(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsClaimedRow *row;
+	FsDelta    *delta;
+
+	/* Rows that left through the application's own claim, for fs_commit(). */
+	if (hash_get_num_entries(xact_deltas) > 0)
+	{
+		own_claims = MemoryContextAlloc(xact_cxt,
+										sizeof(FsOwnClaim) * hash_get_num_entries(xact_deltas));
+		n_own_claims = 0;
+		hash_seq_init(&seq, xact_deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+			if (delta->leaves != 0 && delta->key.tenant[0] != '\0')
+				own_claims[n_own_claims++].delta = delta;
+	}
+
+	/*
+	 * This runs in every transaction that wrote a registered table, so the
+	 * common cases (only inserts; only claims) skip the empty table's scans.
+	 */
+	if (hash_get_num_entries(xact_claimed) > 0)
+	{
+		TimestampTz now = fs_now();
+
+		hash_seq_init(&seq, xact_claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+			if (row->left_subid == 0)
+			{
+				int64		held;
+
+				(void) fs_slot_release(row->lease_id, now, &held);
+				if (row->mapped)
+					fs_claim_map_remove(&row->key, row->lease_id);
+				row->mapped = false;
+			}
+	}
+
+	if (hash_get_num_entries(xact_deltas) > 0)
+	{
+		hash_seq_init(&seq, xact_deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+			if (delta->rows > 0 && delta->key.tenant[0] != '\0')
+			{
+				FsTenantRef ref;
+
+				if (fs_tenant_open(delta->queue, delta->key.tenant, FS_OPEN_CREATE, &ref) != NULL)
+					fs_tenant_close(&ref);
+			}
+	}
+
+	/* Last: from here until its changes are applied, a recount waits. */
+	if (hash_get_num_entries(xact_deltas) > 0)
+	{
+		hash_seq_init(&seq, xact_deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+			fs_gate_enter_once(delta->queue);
+	}
+	if (hash_get_num_entries(xact_claimed) > 0)
+	{
+		hash_seq_init(&seq, xact_claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+			if (row->reserved)
+				fs_gate_enter_once(row->queue);
+	}
+}
+
+/* The clock, read once and only by a commit that needs it. */
+static TimestampTz
+fs_commit_now(TimestampTz *now)
+{
+	if (*now == 0)
+		*now = fs_now();
+	return *now;
+}
+
+static int
+fs_own_claim_cmp(const void *a, const void *b)
+{
+	const FsOwnClaim *x = (const FsOwnClaim *) a;
+	const FsOwnClaim *y = (const FsOwnClaim *) b;
+
+	if (x->delta->key.queue_id != y->delta->key.queue_id)
+		return x->delta->key.queue_id < y->delta->key.queue_id ? -1 : 1;
+	if (x->tag != y->tag)
+		return x->tag < y->tag ? -1 : 1;
+	return strcmp(x->delta->key.tenant, y->delta->key.tenant);
+}
+
+/*
+ * Apply the rows that left through the application's own claim.  Each
+ * advances its tenant's tag as a claim would, and moves the queue's virtual
+ * time to its start: to be what fs_claim() would have done, and not depend
+ * on the order of a hash table, they are applied in fair order, smallest
+ * tag first.  Nothing here may fail: the array was allocated before commit.
+ */
+static void
+fs_apply_own_claims(TimestampTz now)
+{
+	int			i;
+
+	for (i = 0; i < n_own_claims; i++)
+	{
+		FsDelta    *delta = own_claims[i].delta;
+		FsTenantRef ref;
+		FsTenant   *entry;
+
+		own_claims[i].tag = 0;
+		entry = fs_tenant_open(delta->queue, delta->key.tenant, FS_OPEN_NO_LIMITS, &ref);
+		if (entry != NULL)
+		{
+			SpinLockAcquire(&entry->mutex);
+			own_claims[i].tag = entry->virtual_finish;
+			SpinLockRelease(&entry->mutex);
+			fs_tenant_close(&ref);
+		}
+	}
+	if (n_own_claims > 1)
+		qsort(own_claims, n_own_claims, sizeof(FsOwnClaim), fs_own_claim_cmp);
+	for (i = 0; i < n_own_claims; i++)
+	{
+		FsDelta    *delta = own_claims[i].delta;
+
+		fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows,
+							  delta->charge, delta->leaves, now);
+	}
+}
+
+/* After commit: publish everything.  Nothing here may fail. */
+static void
+fs_commit(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	FsClaimedRow *row;
+	ListCell   *lc;
+	TimestampTz now = 0;
+	FsTenantChange c;
+
+	if (hash_get_num_entries(xact_deltas) > 0)
+	{
+		hash_seq_init(&seq, xact_deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+		{
+			if (delta->key.tenant[0] == '\0')
+				fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
+			else if (delta->leaves == 0 && delta->rows != 0)
+				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0);
+		}
+		fs_apply_own_claims(fs_commit_now(&now));
+	}
+
+	if (hash_get_num_entries(xact_claimed) > 0)
+	{
+		hash_seq_init(&seq, xact_claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+		{
+			if (!row->reserved)
+				continue;
+
+			/*
+			 * The common case, a claimed row that left the ready state with
+			 * no recount since, changes nothing.  (A recount cannot be
+			 * running now: this transaction changed the table and still
+			 * holds its lock.)
+			 */
+			if (row->left_subid != 0 && fs_fair_queue(row->queue)->resync_gen == row->resync_gen)
+				continue;
+
+			/*
+			 * A row still ready gets its reservation back; if the queue was
+			 * recounted since the claim, the count had it, and a row that
+			 * left is taken off instead.
+			 */
+			fs_change_init(&c, fs_commit_now(&now));
+			c.rows = row->left_subid == 0 ? 1 : 0;
+			c.rows_recounted = row->left_subid != 0 ? -1 : 0;
+			c.resync_gen = row->resync_gen;
+			fs_fair_change(row->queue, row->tenant, false, &c);
+		}
+	}
+
+	foreach(lc, xact_releases)
+	{
+		FsRelease  *rel = lfirst(lc);
+		FsFairQueue *fq = fs_fair_queue(rel->queue);
+
+		fs_claim_map_remove(&rel->key, rel->lease_id);
+		if (!rel->released)
+			continue;
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		fq->counters.rows_released++;
+		LWLockRelease(fq->lock);
+		if (rel->charge_runtime)
+		{
+			float8		held_ms = (float8) rel->held_usecs / 1000.0;
+			float8		extra = held_ms - rel->est_cost;
+
+			fs_change_init(&c, fs_commit_now(&now));
+			c.resync_gen = fs_fair_queue(rel->queue)->resync_gen;
+			c.cost = extra;
+			c.served = extra;
+			fs_fair_change(rel->queue, rel->tenant, false, &c);
+			fs_fair_note_runtime(rel->queue, held_ms);
+			/* The budget paid the estimate at claim: it pays the rest now. */
+			fs_budget_charge_committed(rel->queue, rel->tenant, extra, fs_commit_now(&now));
+		}
+	}
+
+	foreach(lc, xact_events)
+	{
+		FsQueueEvent *event = lfirst(lc);
+		FsQueue    *queue;
+
+		if (event->queue_name[0] == '\0')
+			continue;
+		queue = fs_queue_lookup(event->queue_name, false);
+		if (queue == NULL)
+			continue;
+		fs_fair_forget(queue);
+		if (event->kind == FS_EVENT_UNREGISTERED)
+			fs_claim_map_remove_queue(queue->queue_id);
+	}
+	foreach(lc, xact_events)
+		if (((FsQueueEvent *) lfirst(lc))->kind != FS_EVENT_TRUNCATED)
+		{
+			pg_atomic_add_fetch_u32(&fs_fair->registration_generation, 1);
+			break;
+		}
+}
+
+static void
+fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	if (!xact_active)
+		return;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			fs_pre_commit();
+			break;
+		case XACT_EVENT_COMMIT:
+			fs_commit();
+			fs_gate_leave_all();
+			fs_xact_reset();
+			break;
+		case XACT_EVENT_ABORT:
+			fs_undo_claims(InvalidSubTransactionId);
+			fs_gate_leave_all();
+			if (xact_events != NIL)
+				fs_fair_invalidate_all();
+			fs_xact_reset();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (list_length(xact_claims) > 0 || hash_get_num_entries(xact_deltas) > 0 ||
+				xact_releases != NIL || xact_events != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that changed rows or registrations of fair-dequeue queues"),
+						 errhint("Enqueue, claim and finish jobs outside prepared transactions.")));
+			fs_xact_reset();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+fs_track_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg pg_attribute_unused())
+{
+	if (!xact_active)
+		return;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_COMMIT_SUB:
+			{
+				MemoryContext old = MemoryContextSwitchTo(xact_cxt);
+
+				fs_merge_subxact(mySubid, parentSubid);
+				MemoryContextSwitchTo(old);
+			}
+			break;
+		case SUBXACT_EVENT_ABORT_SUB:
+			{
+				MemoryContext old = MemoryContextSwitchTo(xact_cxt);
+
+				fs_undo_claims(mySubid);
+				fs_drop_subxact(mySubid);
+				MemoryContextSwitchTo(old);
+			}
+			break;
+		default:
+			break;
+	}
+}
+
+void
+fs_track_init(void)
+{
+	RegisterXactCallback(fs_track_xact_callback, NULL);
+	RegisterSubXactCallback(fs_track_subxact_callback, NULL);
+}
