@@ -56,6 +56,7 @@
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "tcop/dest.h"
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -548,6 +549,7 @@ fs_run_command(const FsClaimedRun *run)
 	PG_TRY();
 	{
 		int			nestlevel = NewGUCNestLevel();
+		SPIExecuteOptions options;
 		Oid			save_userid;
 		int			save_sec_context;
 		char	   *payload = JsonbToCString(NULL, &DatumGetJsonbP(run->payload)->root,
@@ -571,7 +573,15 @@ fs_run_command(const FsClaimedRun *run)
 			enable_timeout_after(STATEMENT_TIMEOUT, fs_command_timeout_ms);
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		if (SPI_execute(run->command, false, 0) < 0)
+
+		/*
+		 * Nobody reads a command's rows: they are discarded as they come.
+		 * Kept (SPI's default), a command returning millions of rows would
+		 * hold them all in the scheduler's memory until it ended.
+		 */
+		memset(&options, 0, sizeof(options));
+		options.dest = None_Receiver;
+		if (SPI_execute_extended(run->command, &options) < 0)
 			elog(ERROR, "the command of schedule \"%s\" could not be run", run->name);
 		SPI_finish();
 		disable_timeout(STATEMENT_TIMEOUT, false);

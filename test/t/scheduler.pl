@@ -30,10 +30,12 @@ $node->start;
 
 # Set the clock to minute $m after $t0 and wait until the scheduler is done
 # with that minute.
+my $minute = 0;
 sub advance_to_minute
 {
 	my ($m) = @_;
 	my $at = $t0 + 60 * $m;
+	$minute = $m;
 	$node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = $at; SELECT pg_reload_conf();");
 	$node->poll_query_until('app',
 		"SELECT last_pass_at = to_timestamp($at) AND state = 'idle' FROM fs_scheduler")
@@ -192,6 +194,36 @@ like(
 	qr/^failed canceling statement due to statement timeout/,
 	'a command running past fairshare.command_timeout is cancelled and recorded');
 
+$node->safe_psql('app', q{ALTER SYSTEM RESET fairshare.command_timeout; SELECT pg_reload_conf();});
+
+# --- A command's rows are not kept ----------------------------------------------
+
+# The scheduler's peak resident size (kB), from /proc.
+sub scheduler_peak_kb
+{
+	my $pid = $node->safe_psql('app',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'fairshare scheduler'});
+	my ($kb) = slurp_file("/proc/$pid/status") =~ /^VmHWM:\s+(\d+) kB/m
+	  or die "no VmHWM in /proc/$pid/status";
+	return ($pid, $kb);
+}
+
+# About 200 MB of rows: kept until the command ends, they would raise the
+# scheduler's peak memory by as much.
+$node->safe_psql('app', q{
+	SET ROLE alice;
+	SELECT fs_schedule('a_wide', '6 * * * *',
+	                   command => $$SELECT repeat('x', 1000) FROM generate_series(1, 200000)$$);
+});
+my ($wide_pid, $peak_before) = scheduler_peak_kb();
+advance_to_minute(6);
+my ($wide_pid_after, $peak_after) = scheduler_peak_kb();
+is($node->safe_psql('app', q{SELECT state FROM fs_recent_runs WHERE name = 'a_wide'}),
+	'succeeded', 'a command returning many wide rows runs');
+is($wide_pid_after, $wide_pid, 'in the same scheduler');
+cmp_ok($peak_after - $peak_before, '<', 50 * 1024,
+	"and its rows do not stay in the scheduler's memory");
+
 # --- The worker's housekeeping --------------------------------------------------
 
 is( $node->safe_psql('app',
@@ -200,7 +232,7 @@ is( $node->safe_psql('app',
 	't|t|t|t', 'fs_scheduler counts runs; the launcher sweeps leases and saves the state file');
 my $lease = $node->safe_psql('app',
 	q{SELECT fs_acquire_slot('sweep_me', 'sweep_q', '1 second')});
-$node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = " . ($t0 + 300) . "; SELECT pg_reload_conf();");
+$node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = " . ($t0 + 60 * ($minute + 1)) . "; SELECT pg_reload_conf();");
 $node->poll_query_until('app', q{SELECT count(*) = 0 FROM fs_leases WHERE queue = 'sweep_q'})
   or die "expired lease not swept";
 pass('the launcher frees expired leases without any decision needing the slot');
