@@ -109,6 +109,16 @@ SELECT array_agg(scheduled_for ORDER BY scheduled_for) FROM fs_claim_due_schedul
 SELECT array_agg(scheduled_for ORDER BY scheduled_for) FROM fs_claim_due_schedules(3, '2024-01-01 05:40:00');
 SELECT fs_unschedule('s_split');
 
+-- Schedules that give no run do not count against max_runs: at 01:30 the
+-- 01:00 runs of the 'skip' schedules are too late and dropped, and the
+-- claim still returns the run of s_on_time, due after them.
+SELECT count(fs_schedule('s_late' || i, '0 * * * *', catchup => 'skip')) FROM generate_series(1, 3) i;
+SELECT fs_schedule('s_on_time', '30 1 * * *') IS NOT NULL AS created;
+SELECT name, scheduled_for FROM fs_claim_due_schedules(1, '2024-01-01 01:30:00');
+SELECT name, scheduled_for, state FROM fs_recent_runs
+ WHERE name ~ '^s_late[0-9]$' OR name = 's_on_time' ORDER BY name;
+SELECT count(fs_unschedule(n)) FROM unnest(ARRAY['s_late1', 's_late2', 's_late3', 's_on_time']) n;
+
 -- A changed expression starts from the last claimed instant if that is
 -- later than now, so no claimed instant is ever handed out again.
 SELECT fs_schedule('s_change', '0 * * * *') AS change \gset

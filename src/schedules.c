@@ -978,13 +978,42 @@ fs_copy_text(HeapTuple row, TupleDesc desc, int column, MemoryContext into)
 	return result;
 }
 
-int
-fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, TimestampTz as_of,
-			  Oid claimer, bool all_owners, FsClaimedRun **runs_out)
+/* The runs a claim hands out so far, in the caller's memory context. */
+typedef struct FsClaim
 {
-	MemoryContext caller = CurrentMemoryContext;
-	FsAsSuperuser su;
-	NameData	claimer_name;
+	MemoryContext caller;
+	FsClaimedRun *runs;
+	int			nruns;
+	int			capacity;
+} FsClaim;
+
+/* Room for n more runs in c->runs. */
+static void
+fs_claim_reserve(FsClaim *c, int n)
+{
+	int			need = c->nruns + n;
+
+	if (need <= c->capacity)
+		return;
+	c->capacity = Max(need, c->capacity * 2);
+	if (c->runs == NULL)
+		c->runs = MemoryContextAlloc(c->caller, sizeof(FsClaimedRun) * c->capacity);
+	else
+		c->runs = repalloc(c->runs, sizeof(FsClaimedRun) * c->capacity);
+}
+
+/*
+ * One page of a claim: lock up to `limit` due schedules, work out their
+ * runs, claim at most `want` of them, record and advance.  Appends the
+ * runs it hands out to *c, and adds to *nschedules the schedules it dealt
+ * with.  Returns false when it saw every due schedule (the query found
+ * fewer than `limit` and each was dealt with).
+ */
+static bool
+fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, int want,
+			  TimestampTz as_of, Name claimer_name, bool all_owners, TimestampTz now,
+			  int *nschedules)
+{
 	Datum		args[7];
 	char		nulls[7];
 	SPITupleTable *due;
@@ -993,38 +1022,20 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 	FsClaimBatch batch;
 	int			nclaimed = 0;
 	HTAB	   *inserted = NULL;
-	FsClaimedRun *runs;
-	int			nruns = 0;
-	TimestampTz now = GetCurrentTimestamp();
-
-	*runs_out = NULL;
-	if (max_runs <= 0)
-		return 0;
-	namestrcpy(&claimer_name, GetUserNameFromId(claimer, false));
-
-	fs_tables_open(&su);
-
-	/*
-	 * A large claim sorts and joins as many rows as it claims: let it do so
-	 * in memory (this ends with the claim, like the search_path above).
-	 */
-	if (max_runs > 10000)
-		(void) set_config_option("work_mem", "64MB", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
 
 	args[0] = TimestampTzGetDatum(as_of);
 	args[1] = BoolGetDatum(all_owners);
-	args[2] = NameGetDatum(&claimer_name);
-	args[3] = Int32GetDatum(max_runs);
+	args[2] = NameGetDatum(claimer_name);
+	args[3] = Int32GetDatum(limit);
 	args[4] = Int64GetDatum(only_schedule_id);
 	fs_execute(with_command ? Q_DUE_WORKER : Q_DUE_APP, args, NULL, false, 0);
 	due = SPI_tuptable;
 	ndue = SPI_processed;
 	/* Each schedule gives at most CAP runs, or one 'skipped' row. */
 	fs_batch_init(&batch, (Size) Max(ndue, 1),
-				  (Size) Min((uint64) max_runs + ndue, ndue * FS_CATCHUP_ALL_CAP + 1));
+				  (Size) Min((uint64) want + ndue, ndue * FS_CATCHUP_ALL_CAP + 1));
 
-	for (i = 0; i < ndue && nclaimed < max_runs; i++)
+	for (i = 0; i < ndue && nclaimed < want; i++)
 	{
 		HeapTuple	row = due->vals[i];
 		TupleDesc	desc = due->tupdesc;
@@ -1065,10 +1076,10 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 			}
 		}
 
-		/* Within max_runs: claim the first runs, leave the rest pending. */
-		if (d.nruns > max_runs - nclaimed)
+		/* Within `want`: claim the first runs, leave the rest pending. */
+		if (d.nruns > want - nclaimed)
 		{
-			d.nruns = max_runs - nclaimed;
+			d.nruns = want - nclaimed;
 			d.has_next = true;
 			d.next = d.runs[d.nruns];
 			d.last_for = d.runs[d.nruns - 1];
@@ -1099,6 +1110,7 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 					 errhint("Call fs_schedule() again for schedule \"%s\" of role \"%s\" with a valid expression and time zone.",
 							 TextDatumGetCString(name), NameStr(*DatumGetName(owner_name)))));
 	}
+	*nschedules += batch.nadvance;
 
 	if (batch.nledger > 0)
 	{
@@ -1125,7 +1137,7 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 	}
 
 	/* Hand out the claimed runs, copied out of SPI's memory. */
-	runs = MemoryContextAlloc(caller, sizeof(FsClaimedRun) * Max(nclaimed, 1));
+	fs_claim_reserve(c, nclaimed);
 	for (i = 0; i < (uint64) batch.nledger; i++)
 	{
 		int			source = batch.l_source[i];
@@ -1149,25 +1161,96 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 				continue;
 		}
 		row = due->vals[source];
-		run = &runs[nruns++];
+		run = &c->runs[c->nruns++];
 		run->schedule_id = DatumGetInt64(batch.l_id[i]);
 		run->scheduled_for = DatumGetTimestampTz(batch.l_for[i]);
-		old = MemoryContextSwitchTo(caller);
+		old = MemoryContextSwitchTo(c->caller);
 		run->owner = TextDatumGetCString(batch.l_owner[i]);
 		MemoryContextSwitchTo(old);
-		run->name = fs_copy_text(row, desc, DUE_NAME, caller);
-		run->tenant = fs_copy_text(row, desc, DUE_TENANT, caller);
-		run->queue = fs_copy_text(row, desc, DUE_QUEUE, caller);
-		run->command = fs_copy_text(row, desc, DUE_COMMAND, caller);
+		run->name = fs_copy_text(row, desc, DUE_NAME, c->caller);
+		run->tenant = fs_copy_text(row, desc, DUE_TENANT, c->caller);
+		run->queue = fs_copy_text(row, desc, DUE_QUEUE, c->caller);
+		run->command = fs_copy_text(row, desc, DUE_COMMAND, c->caller);
 		payload = SPI_getbinval(row, desc, DUE_PAYLOAD, &isnull);
-		old = MemoryContextSwitchTo(caller);
+		old = MemoryContextSwitchTo(c->caller);
 		run->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
 		MemoryContextSwitchTo(old);
 	}
+	SPI_freetuptable(due);
+	return ndue == (uint64) limit || ndue > (uint64) batch.nadvance;
+}
+
+/*
+ * A page of a claim locks at most this many schedules more than it still
+ * wants runs, when earlier pages found schedules that gave no run.
+ */
+#define FS_CLAIM_MAX_PAGE			10000
+
+int
+fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, TimestampTz as_of,
+			  Oid claimer, bool all_owners, FsClaimedRun **runs_out, int *nschedules)
+{
+	FsClaim		c;
+	FsAsSuperuser su;
+	NameData	claimer_name;
+	MemoryContext page_context;
+	TimestampTz now = GetCurrentTimestamp();
+	int			limit = max_runs;
+	int			dealt_with = 0;
+
+	*runs_out = NULL;
+	if (nschedules)
+		*nschedules = 0;
+	if (max_runs <= 0)
+		return 0;
+	memset(&c, 0, sizeof(c));
+	c.caller = CurrentMemoryContext;
+	namestrcpy(&claimer_name, GetUserNameFromId(claimer, false));
+
+	fs_tables_open(&su);
+
+	/*
+	 * A large claim sorts and joins as many rows as it claims: let it do so
+	 * in memory (this ends with the claim, like the search_path above).
+	 */
+	if (max_runs > 10000)
+		(void) set_config_option("work_mem", "64MB", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+
+	/*
+	 * A due schedule may give no run: catch-up 'skip' dropped a late one,
+	 * its zone's rules moved the pending run after as_of, or it stopped.
+	 * Such schedules must not make the claim return fewer runs than are
+	 * due: while a page found as many schedules as it asked for and runs
+	 * are still wanted, ask for more.  Every schedule a page deals with is
+	 * advanced past as_of (or has its runs claimed up to what was wanted),
+	 * so each page makes progress.  Pages grow, so that many schedules
+	 * without a run cost few queries.
+	 */
+	page_context = AllocSetContextCreate(CurrentMemoryContext, "fairshare claim page",
+										 ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		MemoryContext old = MemoryContextSwitchTo(page_context);
+		int			want = max_runs - c.nruns;
+		bool		more;
+
+		more = fs_claim_page(&c, with_command, only_schedule_id, limit, want, as_of,
+							 &claimer_name, all_owners, now, &dealt_with);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(page_context);
+		if (only_schedule_id != 0 || c.nruns >= max_runs || !more)
+			break;
+		want = max_runs - c.nruns;
+		limit = Max(want, Min(limit, FS_CLAIM_MAX_PAGE / 2) * 2);
+	}
+	MemoryContextDelete(page_context);
 
 	fs_tables_close(&su);
-	*runs_out = runs;
-	return nruns;
+	if (nschedules)
+		*nschedules = dealt_with;
+	*runs_out = c.runs;
+	return c.nruns;
 }
 
 /*
@@ -1215,7 +1298,7 @@ fs_claim_due_schedules(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	nruns = fs_claim_runs(false, 0, max_runs, as_of, claimer, fs_sees_all_schedules(claimer),
-						  &runs);
+						  &runs, NULL);
 	for (i = 0; i < nruns; i++)
 	{
 		Datum		values[6];

@@ -45,11 +45,14 @@ extern void fs_schedules_init(void);
  * (the worker's; only_schedule_id, if not 0, restricts to one) or without
  * one (the application's), of every owner or of `claimer` only.  Records
  * each run in the ledger and advances the schedules, in the caller's
- * transaction.  Returns the number of runs.
+ * transaction.  Returns the number of runs; fewer than max_runs only when
+ * no more are due.  *nschedules (if not NULL) is set to the number of due
+ * schedules dealt with, with a run or without one (catch-up dropped it, or
+ * the schedule stopped).
  */
 extern int	fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs,
 						  TimestampTz as_of, Oid claimer, bool all_owners,
-						  FsClaimedRun **runs);
+						  FsClaimedRun **runs, int *nschedules);
 
 /* Record how a worker run ended (error NULL: it succeeded). */
 extern void fs_finish_run(const FsClaimedRun *run, const char *error);

@@ -679,7 +679,7 @@ fs_scheduler_run_one(TimestampTz as_of)
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, "fairshare: claiming a due run");
-		if (fs_claim_runs(true, 0, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed) == 1)
+		if (fs_claim_runs(true, 0, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, NULL) == 1)
 		{
 			char	   *failure;
 
@@ -717,7 +717,7 @@ fs_scheduler_run_one(TimestampTz as_of)
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		fs_reset_session();
-		if (fs_claim_runs(true, schedule_id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed) == 1 &&
+		if (fs_claim_runs(true, schedule_id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, NULL) == 1 &&
 			claimed->scheduled_for == scheduled_for)
 		{
 			fs_finish_run(claimed, failure);

@@ -224,6 +224,23 @@ is($wide_pid_after, $wide_pid, 'in the same scheduler');
 cmp_ok($peak_after - $peak_before, '<', 50 * 1024,
 	"and its rows do not stay in the scheduler's memory");
 
+# --- Schedules that give no run do not end a pass ------------------------------
+
+# At minute 9, a_skip_late's run of minute 7 is too late for catchup 'skip'
+# and is dropped; a_after_skip, due after it, still runs in the same pass.
+$node->safe_psql('app', q{
+	SET ROLE alice;
+	SELECT fs_schedule('a_skip_late', '7 * * * *', catchup => 'skip',
+	                   command => $$INSERT INTO alice_runs (who, schedule) VALUES (current_user, 'a_skip_late')$$);
+	SELECT fs_schedule('a_after_skip', '9 * * * *',
+	                   command => $$INSERT INTO alice_runs (who, schedule) VALUES (current_user, 'a_after_skip')$$);
+});
+advance_to_minute(9);
+is( $node->safe_psql('app',
+		q{SELECT name || ' ' || state FROM fs_recent_runs WHERE name IN ('a_skip_late', 'a_after_skip') ORDER BY name}),
+	"a_after_skip succeeded\na_skip_late skipped",
+	'a schedule whose late run is skipped does not keep the ones after it from running in the same pass');
+
 # --- The worker's housekeeping --------------------------------------------------
 
 is( $node->safe_psql('app',
