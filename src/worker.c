@@ -86,6 +86,14 @@ PGDLLEXPORT void fs_scheduler_main(Datum main_arg);
 /* Ledger rows deleted per pass at most, so a pass stays short. */
 #define FS_PRUNE_BATCH				10000
 
+/*
+ * How long a command may go on after fairshare.command_timeout cancelled
+ * it before the scheduler exits to end it.  Unwinding from a cancellation
+ * takes milliseconds; a command still running this long after has caught
+ * it.
+ */
+#define FS_COMMAND_GRACE_SECS		5
+
 bool		fs_worker_enabled = true;
 char	   *fs_worker_database = NULL;
 int			fs_sweep_interval_ms = 1000;
@@ -133,9 +141,37 @@ typedef struct FsWorkerShared
 	uint64		runs_succeeded;
 	uint64		runs_failed;
 	uint64		runs_pruned;
+
+	/*
+	 * The run whose command was executing when a scheduler exited: past
+	 * its deadline (FS_COMMAND_GRACE_SECS after fairshare.command_timeout),
+	 * terminated, or failing to record a run.  Its transaction rolled back,
+	 * so the run is due again; the next scheduler in that database records
+	 * it as failed instead of running the command once more, which could
+	 * end the same way every time.  Shared memory does not survive a
+	 * crash, and neither does this: after a crash the run runs again.
+	 */
+	Oid			lost_database;	/* InvalidOid: no lost run */
+	int64		lost_schedule_id;
+	TimestampTz lost_scheduled_for;
+	TimestampTz lost_as_of;		/* the claim's as_of, to claim it again */
+	bool		lost_timed_out; /* it ran past its deadline */
 } FsWorkerShared;
 
 static FsWorkerShared *fs_worker_shared = NULL;
+
+/* The scheduler's run whose command is executing (valid), for its exit. */
+static struct
+{
+	bool		valid;
+	int64		schedule_id;
+	TimestampTz scheduled_for;
+	TimestampTz as_of;
+} active_run;
+
+/* The scheduler's timeout that ends a command which ignores its cancellation. */
+static TimeoutId command_deadline = MAX_TIMEOUTS;
+static volatile sig_atomic_t command_deadline_passed = false;
 
 /* ----------------------------------------------------------------
  * Set-up
@@ -217,7 +253,8 @@ fs_worker_init(void)
 
 	DefineCustomIntVariable("fairshare.command_timeout",
 							"Longest time a schedule's command may run.",
-							"A command that runs longer is cancelled and its run recorded as failed.  "
+							"A command that runs longer is cancelled and its run recorded as failed; "
+							"if it still runs 5 seconds later, the scheduler exits to end it.  "
 							"0 means no limit.",
 							&fs_command_timeout_ms,
 							5 * 60 * 1000, 0, INT_MAX,
@@ -521,6 +558,34 @@ fs_reset_session(void)
 }
 
 /*
+ * The command's uncatchable deadline has passed.  Do what die() does, so
+ * that the next CHECK_FOR_INTERRUPTS() ends the process with FATAL: unlike
+ * a cancellation (an ERROR), no exception handler of the command can catch
+ * that.  The run's transaction rolls back with the process, and the exit
+ * callback leaves word of the run for the next scheduler.  Runs in a
+ * signal handler: flags and the latch only.
+ */
+static void
+fs_command_deadline_handler(void)
+{
+	command_deadline_passed = true;
+	if (!proc_exit_inprogress)
+	{
+		InterruptPending = true;
+		ProcDiePending = true;
+	}
+	SetLatch(MyLatch);
+}
+
+static void
+fs_disable_command_timeouts(void)
+{
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	if (command_deadline != MAX_TIMEOUTS)
+		disable_timeout(command_deadline, false);
+}
+
+/*
  * Run the command of `run` as its owner in a subtransaction.  Returns NULL
  * when it succeeded, or its error message (the subtransaction is rolled
  * back: a failing command undoes only its own work).
@@ -550,6 +615,7 @@ fs_run_command(const FsClaimedRun *run)
 	{
 		int			nestlevel = NewGUCNestLevel();
 		SPIExecuteOptions options;
+		TimestampTz started;
 		Oid			save_userid;
 		int			save_sec_context;
 		char	   *payload = JsonbToCString(NULL, &DatumGetJsonbP(run->payload)->root,
@@ -569,8 +635,20 @@ fs_run_command(const FsClaimedRun *run)
 							   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 		fs_apply_owner_settings(owner_oid);
 
+		/*
+		 * At fairshare.command_timeout the command is cancelled: an error
+		 * it may catch (PL/pgSQL's EXCEPTION WHEN query_canceled).  The
+		 * deadline FS_COMMAND_GRACE_SECS later cannot be caught: it makes
+		 * the scheduler exit (see fs_command_deadline_handler()).
+		 */
+		started = GetCurrentTimestamp();
 		if (fs_command_timeout_ms > 0)
+		{
 			enable_timeout_after(STATEMENT_TIMEOUT, fs_command_timeout_ms);
+			enable_timeout_at(command_deadline,
+							  started + ((TimestampTz) fs_command_timeout_ms +
+										 FS_COMMAND_GRACE_SECS * 1000) * 1000);
+		}
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
 
@@ -584,7 +662,16 @@ fs_run_command(const FsClaimedRun *run)
 		if (SPI_execute_extended(run->command, &options) < 0)
 			elog(ERROR, "the command of schedule \"%s\" could not be run", run->name);
 		SPI_finish();
-		disable_timeout(STATEMENT_TIMEOUT, false);
+		fs_disable_command_timeouts();
+
+		/* It caught its cancellation, then ended: it still ran too long. */
+		if (fs_command_timeout_ms > 0 &&
+			TimestampDifferenceExceeds(started, GetCurrentTimestamp(), fs_command_timeout_ms))
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("the command ran past fairshare.command_timeout (%d ms) and ignored its cancellation",
+							fs_command_timeout_ms),
+					 errhint("Let the command end when it is cancelled (do not catch query_canceled), or raise fairshare.command_timeout.")));
 
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 		AtEOXact_GUC(true, nestlevel);
@@ -596,7 +683,7 @@ fs_run_command(const FsClaimedRun *run)
 	{
 		ErrorData  *edata;
 
-		disable_timeout(STATEMENT_TIMEOUT, false);
+		fs_disable_command_timeouts();
 		MemoryContextSwitchTo(context);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -625,9 +712,30 @@ fs_scheduler_detach(int code pg_attribute_unused(), Datum arg pg_attribute_unuse
 	{
 		fs_worker_shared->scheduler_pid = 0;
 		fs_worker_shared->state = FS_WORKER_STOPPED;
+		if (active_run.valid)
+		{
+			fs_worker_shared->lost_database = MyDatabaseId;
+			fs_worker_shared->lost_schedule_id = active_run.schedule_id;
+			fs_worker_shared->lost_scheduled_for = active_run.scheduled_for;
+			fs_worker_shared->lost_as_of = active_run.as_of;
+			fs_worker_shared->lost_timed_out = command_deadline_passed;
+		}
 	}
 	launcher = fs_worker_shared->launcher_pid;
 	SpinLockRelease(&fs_worker_shared->mutex);
+
+	if (active_run.valid && command_deadline_passed)
+		ereport(LOG,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("fairshare scheduler exited to end the command of schedule " INT64_FORMAT ", which ran past fairshare.command_timeout and ignored its cancellation",
+						active_run.schedule_id),
+				 errhint("The next scheduler records the run as failed and does not run it again.")));
+	else if (active_run.valid)
+		ereport(LOG,
+				(errcode(ERRCODE_ADMIN_SHUTDOWN),
+				 errmsg("fairshare scheduler exited during the run of schedule " INT64_FORMAT,
+						active_run.schedule_id),
+				 errhint("The next scheduler records the run as failed and does not run it again.")));
 
 	/* A launcher that did not start this scheduler is not notified otherwise. */
 	if (launcher != 0)
@@ -651,6 +759,93 @@ fs_log_failed_run(const FsClaimedRun *run, const char *error)
 	ereport(LOG,
 			(errmsg("fairshare schedule \"%s\" of role \"%s\" failed its run for %s: %s",
 					run->name, run->owner, timestamptz_to_str(run->scheduled_for), error)));
+}
+
+/*
+ * Record a run as failed without running its command, in a transaction of
+ * its own: claim the schedule's run again as the claim that handed it out
+ * did (same schedule, same as_of), and if that gives the same run, record
+ * it.  Otherwise (the schedule was changed or removed since) nothing is
+ * claimed.  Returns whether the run was recorded.
+ */
+static bool
+fs_settle_failed_run(int64 schedule_id, TimestampTz scheduled_for, TimestampTz as_of,
+					 const char *error)
+{
+	FsClaimedRun *claimed = NULL;
+	bool		settled = false;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	fs_reset_session();
+	if (fs_claim_runs(true, schedule_id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, NULL) == 1 &&
+		claimed->scheduled_for == scheduled_for)
+	{
+		fs_finish_run(claimed, error);
+		fs_log_failed_run(claimed, error);
+		settled = true;
+	}
+	PopActiveSnapshot();
+	if (settled)
+		CommitTransactionCommand();
+	else
+		AbortCurrentTransaction();
+	return settled;
+}
+
+/*
+ * The run a previous scheduler left when it exited during its command
+ * (see FsWorkerShared), recorded as failed.  A failure to do so is logged
+ * and the run is left due: ending this scheduler over it would only start
+ * the next one on the same run.
+ */
+static void
+fs_scheduler_settle_lost_run(void)
+{
+	MemoryContext context = CurrentMemoryContext;
+	int64		schedule_id;
+	TimestampTz scheduled_for;
+	TimestampTz as_of;
+	bool		timed_out;
+	const char *error;
+
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	if (fs_worker_shared->lost_database != MyDatabaseId)
+	{
+		SpinLockRelease(&fs_worker_shared->mutex);
+		return;
+	}
+	fs_worker_shared->lost_database = InvalidOid;
+	schedule_id = fs_worker_shared->lost_schedule_id;
+	scheduled_for = fs_worker_shared->lost_scheduled_for;
+	as_of = fs_worker_shared->lost_as_of;
+	timed_out = fs_worker_shared->lost_timed_out;
+	SpinLockRelease(&fs_worker_shared->mutex);
+
+	error = timed_out ?
+		"the command ran past fairshare.command_timeout and ignored its cancellation: the scheduler exited to end it" :
+		"the scheduler exited during the command";
+	PG_TRY();
+	{
+		if (fs_settle_failed_run(schedule_id, scheduled_for, as_of, error))
+			fs_count_run(true);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("fairshare scheduler could not record the lost run of schedule " INT64_FORMAT " as failed: %s",
+						schedule_id, edata->message),
+				 errhint("The run stays due and runs again.")));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
 }
 
 /*
@@ -686,6 +881,10 @@ fs_scheduler_run_one(TimestampTz as_of)
 			found = true;
 			schedule_id = claimed->schedule_id;
 			scheduled_for = claimed->scheduled_for;
+			active_run.schedule_id = schedule_id;
+			active_run.scheduled_for = scheduled_for;
+			active_run.as_of = as_of;
+			active_run.valid = true;
 			pgstat_report_activity(STATE_RUNNING, claimed->command);
 			failure = fs_run_command(claimed);
 			error = failure;
@@ -696,6 +895,7 @@ fs_scheduler_run_one(TimestampTz as_of)
 		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
+		active_run.valid = false;
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 	PG_CATCH();
@@ -713,18 +913,12 @@ fs_scheduler_run_one(TimestampTz as_of)
 						   edata->message, unpack_sql_state(edata->sqlerrcode));
 		error = failure;
 
-		/* Consume the run as failed; an error here ends the scheduler. */
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		fs_reset_session();
-		if (fs_claim_runs(true, schedule_id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, NULL) == 1 &&
-			claimed->scheduled_for == scheduled_for)
-		{
-			fs_finish_run(claimed, failure);
-			fs_log_failed_run(claimed, failure);
-		}
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		/*
+		 * Consume the run as failed.  An error here ends the scheduler, and
+		 * the next one records the run (active_run is still set).
+		 */
+		(void) fs_settle_failed_run(schedule_id, scheduled_for, as_of, failure);
+		active_run.valid = false;
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 	PG_END_TRY();
@@ -755,6 +949,7 @@ fs_scheduler_pass(TimestampTz as_of)
 	uint64		pruned = 0;
 
 	fs_worker_set_state(FS_WORKER_RUNNING);
+	fs_scheduler_settle_lost_run();
 	while (fs_scheduler_run_one(as_of))
 	{
 		runs++;
@@ -806,6 +1001,7 @@ fs_scheduler_main(Datum main_arg)
 		proc_exit(0);
 	}
 	before_shmem_exit(fs_scheduler_detach, (Datum) 0);
+	command_deadline = RegisterTimeout(USER_TIMEOUT, fs_command_deadline_handler);
 
 	StartTransactionCommand();
 	dbname = MemoryContextStrdup(TopMemoryContext, get_database_name(dboid));

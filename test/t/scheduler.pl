@@ -194,6 +194,38 @@ like(
 	qr/^failed canceling statement due to statement timeout/,
 	'a command running past fairshare.command_timeout is cancelled and recorded');
 
+# A command that catches its cancellation cannot run on: a deadline it
+# cannot catch ends the scheduler, whose successor records the run as
+# failed without running it again, and carries on with the pass.
+my $stubborn_loop = q{DO $do$ BEGIN LOOP BEGIN PERFORM pg_sleep(1); EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $do$};
+$node->safe_psql('app', qq{
+	CREATE SEQUENCE stubborn_starts;
+	GRANT USAGE ON SEQUENCE stubborn_starts TO alice;
+	SET ROLE alice;
+	SELECT fs_schedule('a_stubborn', '5 * * * *',
+	                   command => \$c\$SELECT nextval('stubborn_starts'); $stubborn_loop\$c\$);
+	SELECT fs_schedule('a_catches_once', '5 * * * *',
+	                   command => \$c\$DO \$do\$ BEGIN PERFORM pg_sleep(1); EXCEPTION WHEN query_canceled THEN NULL; END \$do\$\$c\$);
+	SELECT fs_schedule('a_after_stubborn', '5 * * * *',
+	                   command => \$\$INSERT INTO alice_runs (who, schedule) VALUES (current_user, 'a_after_stubborn')\$\$);
+});
+my $stubborn_pid = $node->safe_psql('app', 'SELECT scheduler_pid FROM fs_scheduler');
+advance_to_minute(5);
+isnt($node->safe_psql('app', 'SELECT scheduler_pid FROM fs_scheduler'),
+	$stubborn_pid, 'a command ignoring its cancellation ends the scheduler');
+ok($node->log_contains(qr/fairshare scheduler exited to end the command of schedule \d+, which ran past fairshare.command_timeout and ignored its cancellation/),
+	'which says why in the log');
+is( $node->safe_psql('app',
+		q{SELECT name || ': ' || state || coalesce(' ' || error, '') FROM fs_recent_runs
+		   WHERE name IN ('a_stubborn', 'a_catches_once', 'a_after_stubborn') ORDER BY name}),
+	join("\n",
+		'a_after_stubborn: succeeded',
+		'a_catches_once: failed the command ran past fairshare.command_timeout (200 ms) and ignored its cancellation (SQLSTATE 57014)',
+		'a_stubborn: failed the command ran past fairshare.command_timeout and ignored its cancellation: the scheduler exited to end it'),
+	'the next scheduler records the run as failed and carries on; a command that caught its cancellation and ended fails too');
+is($node->safe_psql('app', 'SELECT last_value FROM stubborn_starts'),
+	'1', 'the command that ended the scheduler did not run again');
+
 $node->safe_psql('app', q{ALTER SYSTEM RESET fairshare.command_timeout; SELECT pg_reload_conf();});
 
 # --- A command's rows are not kept ----------------------------------------------
