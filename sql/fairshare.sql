@@ -416,6 +416,7 @@ $$;
 
 CREATE TABLE fs_schedules (
     schedule_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    owner_oid   oid NOT NULL,
     owner       name NOT NULL,
     name        text NOT NULL,
     payload     jsonb NOT NULL,
@@ -424,13 +425,14 @@ CREATE TABLE fs_schedules (
     command     text,
     created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     updated_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    UNIQUE (owner, name)
+    UNIQUE (owner_oid, name)
 );
 
 COMMENT ON TABLE fs_schedules IS
-'Cron schedules, one per (owner, name): what runs; fs_schedule_state says when.  Change them with fs_schedule() and fs_unschedule(); read them in fs_schedule_status.  Each role sees its own; members of fairshare_admin see all.';
+'Cron schedules, one per (owner role, name): what runs; fs_schedule_state says when.  Change them with fs_schedule() and fs_unschedule(); read them in fs_schedule_status.  Each role sees its own; members of fairshare_admin see all.';
 COMMENT ON COLUMN fs_schedules.schedule_id IS 'identifies the schedule';
-COMMENT ON COLUMN fs_schedules.owner IS 'the role that created the schedule; its command runs as this role';
+COMMENT ON COLUMN fs_schedules.owner_oid IS 'the role that created the schedule (its OID): its command runs as this role, and only this role sees the schedule and its runs (besides fairshare_admin)';
+COMMENT ON COLUMN fs_schedules.owner IS 'the owner''s name when it last called fs_schedule() for the schedule; the command does not run while the role has another name';
 COMMENT ON COLUMN fs_schedules.name IS 'name, unique per owner';
 COMMENT ON COLUMN fs_schedules.payload IS 'handed to each run';
 COMMENT ON COLUMN fs_schedules.tenant IS 'tenant of the runs, or NULL';
@@ -476,6 +478,7 @@ COMMENT ON COLUMN fs_schedule_state.last_error_at IS 'when that error happened';
 CREATE TABLE fs_schedule_runs (
     schedule_id   bigint NOT NULL,
     scheduled_for timestamptz NOT NULL,
+    owner_oid     oid NOT NULL,
     owner         text NOT NULL,
     name          text NOT NULL,
     state         text NOT NULL
@@ -494,7 +497,8 @@ COMMENT ON TABLE fs_schedule_runs IS
 'The ledger of runs: one row per (schedule, scheduled instant), claimed exactly once.  Rows older than fairshare.run_retention are deleted by the worker.';
 COMMENT ON COLUMN fs_schedule_runs.schedule_id IS 'the schedule (it may have been removed since)';
 COMMENT ON COLUMN fs_schedule_runs.scheduled_for IS 'the scheduled instant this run is for';
-COMMENT ON COLUMN fs_schedule_runs.owner IS 'owner of the schedule';
+COMMENT ON COLUMN fs_schedule_runs.owner_oid IS 'the role that owns the schedule (its OID)';
+COMMENT ON COLUMN fs_schedule_runs.owner IS 'name of the owner when the run was claimed';
 COMMENT ON COLUMN fs_schedule_runs.name IS 'name of the schedule';
 COMMENT ON COLUMN fs_schedule_runs.state IS 'claimed (handed to the application, or being run), succeeded, failed, or skipped (catchup ''skip'')';
 COMMENT ON COLUMN fs_schedule_runs.claimed_at IS 'when the run was claimed';
@@ -508,8 +512,11 @@ COMMENT ON COLUMN fs_schedule_runs.missed_since IS 'scheduled instants from this
 -- allowed to create objects there could have put a better match for an
 -- untyped call (say public.pg_has_role(text, text)).
 ALTER TABLE fs_schedules ENABLE ROW LEVEL SECURITY;
+-- Owners are roles, not names: a role created with the name of a dropped
+-- owner does not see its schedules.
 CREATE POLICY fs_schedules_read ON fs_schedules FOR SELECT
-    USING (owner OPERATOR(pg_catalog.=) CURRENT_USER
+    USING (owner_oid OPERATOR(pg_catalog.=)
+               (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
            OR pg_catalog.pg_has_role('fairshare_admin'::pg_catalog.name, 'MEMBER'::pg_catalog.text));
 CREATE POLICY fs_schedules_admin_delete ON fs_schedules FOR DELETE
     USING (pg_catalog.pg_has_role('fairshare_admin'::pg_catalog.name, 'MEMBER'::pg_catalog.text));
@@ -521,7 +528,8 @@ CREATE POLICY fs_schedule_state_read ON fs_schedule_state FOR SELECT
                     WHERE s.schedule_id OPERATOR(pg_catalog.=) fs_schedule_state.schedule_id));
 ALTER TABLE fs_schedule_runs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY fs_schedule_runs_read ON fs_schedule_runs FOR SELECT
-    USING (owner OPERATOR(pg_catalog.=) CURRENT_USER
+    USING (owner_oid OPERATOR(pg_catalog.=)
+               (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
            OR pg_catalog.pg_has_role('fairshare_admin'::pg_catalog.name, 'MEMBER'::pg_catalog.text));
 GRANT SELECT ON fs_schedules, fs_schedule_state, fs_schedule_runs TO PUBLIC;
 GRANT DELETE ON fs_schedules TO fairshare_admin;

@@ -30,7 +30,10 @@
  * role as the owner, then do their table work as the bootstrap superuser
  * with search_path pinned to pg_catalog.  A role can therefore never create,
  * change or claim another role's schedules, and in particular never change
- * the command that runs as another role.
+ * the command that runs as another role.  Owners are kept by OID (the name
+ * is kept too, for people to read, and for the worker to notice a rename):
+ * a role created with the name of a dropped owner gets none of its
+ * schedules.
  *
  *-------------------------------------------------------------------------
  */
@@ -167,7 +170,7 @@ typedef struct FsQueryDef
 /* Columns of the due-schedule queries, in order. */
 enum
 {
-	DUE_ID = 1, DUE_OWNER, DUE_NAME, DUE_CRON, DUE_TIMEZONE, DUE_CATCHUP,
+	DUE_ID = 1, DUE_OWNER_OID, DUE_OWNER, DUE_NAME, DUE_CRON, DUE_TIMEZONE, DUE_CATCHUP,
 	DUE_NEXT_RUN_AT, DUE_TENANT, DUE_QUEUE, DUE_PAYLOAD, DUE_COMMAND
 };
 
@@ -178,31 +181,31 @@ enum
  * than it returns.
  */
 #define DUE_QUERY(filter) \
-	"SELECT st.schedule_id, s.owner, s.name, st.cron, st.timezone, st.catchup, st.next_run_at," \
-	"       s.tenant, s.queue, s.payload, s.command" \
+	"SELECT st.schedule_id, s.owner_oid, s.owner, s.name, st.cron, st.timezone, st.catchup," \
+	"       st.next_run_at, s.tenant, s.queue, s.payload, s.command" \
 	"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)" \
-	" WHERE st.next_run_at <= $1 AND ($2 OR s.owner = $3) AND " filter \
+	" WHERE st.next_run_at <= $1 AND ($2 OR s.owner_oid = $3) AND " filter \
 	" ORDER BY st.next_run_at LIMIT $4 FOR UPDATE OF st SKIP LOCKED"
 
 #define LEDGER_INSERT \
 	"INSERT INTO %1$s.fs_schedule_runs" \
-	"       (schedule_id, scheduled_for, owner, name, state, missed_since, claimed_at)" \
-	"SELECT u.schedule_id, u.scheduled_for, u.owner, u.name, u.state, u.missed_since, $7" \
-	"  FROM unnest($1, $2, $3, $4, $5, $6)" \
-	"       AS u(schedule_id, scheduled_for, owner, name, state, missed_since)"
+	"       (schedule_id, scheduled_for, owner_oid, owner, name, state, missed_since, claimed_at)" \
+	"SELECT u.schedule_id, u.scheduled_for, u.owner_oid, u.owner, u.name, u.state, u.missed_since, $8" \
+	"  FROM unnest($1, $2, $3, $4, $5, $6, $7)" \
+	"       AS u(schedule_id, scheduled_for, owner_oid, owner, name, state, missed_since)"
 
 static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 	[Q_FIND] = {
 		"SELECT s.schedule_id, st.cron, st.timezone, st.last_scheduled_for, st.next_run_at"
 		"  FROM %1$s.fs_schedules s JOIN %1$s.fs_schedule_state st USING (schedule_id)"
-		" WHERE s.owner = $1 AND s.name = $2 FOR UPDATE",
-		2, {NAMEOID, TEXTOID}
+		" WHERE s.owner_oid = $1 AND s.name = $2 FOR UPDATE",
+		2, {OIDOID, TEXTOID}
 	},
 	[Q_INSERT] = {
-		"INSERT INTO %1$s.fs_schedules (owner, name, payload, tenant, queue, command)"
-		" VALUES ($1, $2, $3, $4, $5, $6)"
-		" ON CONFLICT (owner, name) DO NOTHING RETURNING schedule_id",
-		6, {NAMEOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TEXTOID}
+		"INSERT INTO %1$s.fs_schedules (owner_oid, owner, name, payload, tenant, queue, command)"
+		" VALUES ($1, $7, $2, $3, $4, $5, $6)"
+		" ON CONFLICT (owner_oid, name) DO NOTHING RETURNING schedule_id",
+		7, {OIDOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TEXTOID, NAMEOID}
 	},
 	[Q_INSERT_STATE] = {
 		"INSERT INTO %1$s.fs_schedule_state"
@@ -212,9 +215,9 @@ static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 	},
 	[Q_UPDATE] = {
 		"UPDATE %1$s.fs_schedules SET payload = $2, tenant = $3, queue = $4, command = $5,"
-		"       updated_at = now()"
+		"       owner = $6, updated_at = now()"
 		" WHERE schedule_id = $1",
-		5, {INT8OID, JSONBOID, TEXTOID, TEXTOID, TEXTOID}
+		6, {INT8OID, JSONBOID, TEXTOID, TEXTOID, TEXTOID, NAMEOID}
 	},
 	[Q_UPDATE_STATE] = {
 		"UPDATE %1$s.fs_schedule_state SET cron = $2, timezone = $3, catchup = $4,"
@@ -223,28 +226,28 @@ static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 		6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TIMESTAMPTZOID}
 	},
 	[Q_DELETE] = {
-		"DELETE FROM %1$s.fs_schedules WHERE owner = $1 AND name = $2",
-		2, {NAMEOID, TEXTOID}
+		"DELETE FROM %1$s.fs_schedules WHERE owner_oid = $1 AND name = $2",
+		2, {OIDOID, TEXTOID}
 	},
 	[Q_DUE_APP] = {
 		DUE_QUERY("NOT st.has_command"),
-		4, {TIMESTAMPTZOID, BOOLOID, NAMEOID, INT4OID}
+		4, {TIMESTAMPTZOID, BOOLOID, OIDOID, INT4OID}
 	},
 	[Q_DUE_WORKER] = {
 		DUE_QUERY("st.has_command AND ($5 = 0 OR st.schedule_id = $5)"),
-		5, {TIMESTAMPTZOID, BOOLOID, NAMEOID, INT4OID, INT8OID}
+		5, {TIMESTAMPTZOID, BOOLOID, OIDOID, INT4OID, INT8OID}
 	},
 	[Q_LEDGER] = {
 		LEDGER_INSERT,
-		7, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
-		TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
+		8, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, OIDARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
 	},
 	[Q_LEDGER_CHECKED] = {
 		LEDGER_INSERT
 		" ON CONFLICT (schedule_id, scheduled_for) DO NOTHING"
 		" RETURNING schedule_id, scheduled_for",
-		7, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
-		TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
+		8, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, OIDARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
 	},
 	[Q_ADVANCE] = {
 		"UPDATE %1$s.fs_schedule_state AS st"
@@ -509,6 +512,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 	char		queue[FS_NAME_BUFLEN];
 	char	   *command = NULL;
 	char	   *catchup;
+	Oid			owner_oid = GetUserId();
 	NameData	owner;
 	TimestampTz now = fs_now();
 	FsAsSuperuser su;
@@ -541,7 +545,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 	catchup = text_to_cstring(fs_required_text(fcinfo, 7, "catchup",
 											   "Pass 'latest', 'all' or 'skip'."));
 	(void) fs_catchup_from_string(catchup);
-	namestrcpy(&owner, GetUserNameFromId(GetUserId(), false));
+	namestrcpy(&owner, GetUserNameFromId(owner_oid, false));
 
 	fs_tables_open(&su);
 
@@ -555,7 +559,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 		Datum		args[8];
 		char		nulls[8];
 
-		args[0] = NameGetDatum(&owner);
+		args[0] = ObjectIdGetDatum(owner_oid);
 		args[1] = CStringGetTextDatum(name);
 		fs_execute(Q_FIND, args, NULL, false, 1);
 		if (SPI_processed == 1)
@@ -587,6 +591,8 @@ fs_schedule(PG_FUNCTION_ARGS)
 			args[2] = fs_text_or_null(PG_ARGISNULL(4) ? NULL : tenant, &nulls[2]);
 			args[3] = CStringGetTextDatum(queue);
 			args[4] = fs_text_or_null(command, &nulls[4]);
+			/* The owner's name now: a renamed owner takes its schedule back. */
+			args[5] = NameGetDatum(&owner);
 			fs_execute(Q_UPDATE, args, nulls, false, 0);
 			fs_schedule_state_args(args, nulls, schedule_id, cron_text, zone_name, catchup,
 								   command != NULL, next, no_next);
@@ -599,6 +605,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 			args[3] = fs_text_or_null(PG_ARGISNULL(4) ? NULL : tenant, &nulls[3]);
 			args[4] = CStringGetTextDatum(queue);
 			args[5] = fs_text_or_null(command, &nulls[5]);
+			args[6] = NameGetDatum(&owner);
 			fs_execute(Q_INSERT, args, nulls, false, 0);
 			if (SPI_processed == 1)
 			{
@@ -633,17 +640,16 @@ Datum
 fs_unschedule(PG_FUNCTION_ARGS)
 {
 	char	   *name;
-	NameData	owner;
+	Oid			owner_oid = GetUserId();
 	Datum		args[2];
 	FsAsSuperuser su;
 	bool		found;
 
 	fs_check_loaded();
 	name = fs_schedule_name_arg(fcinfo, 0);
-	namestrcpy(&owner, GetUserNameFromId(GetUserId(), false));
 
 	fs_tables_open(&su);
-	args[0] = NameGetDatum(&owner);
+	args[0] = ObjectIdGetDatum(owner_oid);
 	args[1] = CStringGetTextDatum(name);
 	fs_execute(Q_DELETE, args, NULL, false, 0);
 	found = SPI_processed > 0;
@@ -818,6 +824,7 @@ typedef struct FsClaimBatch
 	int			nledger;
 	Datum	   *l_id;
 	Datum	   *l_for;
+	Datum	   *l_owner_oid;
 	Datum	   *l_owner;
 	Datum	   *l_name;
 	Datum	   *l_state;
@@ -843,6 +850,7 @@ fs_batch_init(FsClaimBatch *b, Size nschedules, Size max_ledger)
 	memset(b, 0, sizeof(*b));
 	b->l_id = palloc(sizeof(Datum) * max_ledger);
 	b->l_for = palloc(sizeof(Datum) * max_ledger);
+	b->l_owner_oid = palloc(sizeof(Datum) * max_ledger);
 	b->l_owner = palloc(sizeof(Datum) * max_ledger);
 	b->l_name = palloc(sizeof(Datum) * max_ledger);
 	b->l_state = palloc(sizeof(Datum) * max_ledger);
@@ -861,13 +869,15 @@ fs_batch_init(FsClaimBatch *b, Size nschedules, Size max_ledger)
 }
 
 static void
-fs_batch_ledger(FsClaimBatch *b, Datum id, TimestampTz t, Datum owner, Datum name,
-				const char *state, bool has_missed, TimestampTz missed_since, int source)
+fs_batch_ledger(FsClaimBatch *b, Datum id, TimestampTz t, Datum owner_oid, Datum owner,
+				Datum name, const char *state, bool has_missed, TimestampTz missed_since,
+				int source)
 {
 	int			i = b->nledger++;
 
 	b->l_id[i] = id;
 	b->l_for[i] = TimestampTzGetDatum(t);
+	b->l_owner_oid[i] = owner_oid;
 	b->l_owner[i] = owner;
 	b->l_name[i] = name;
 	b->l_state[i] = CStringGetTextDatum(state);
@@ -1011,11 +1021,11 @@ fs_claim_reserve(FsClaim *c, int n)
  */
 static bool
 fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, int want,
-			  TimestampTz as_of, Name claimer_name, bool all_owners, TimestampTz now,
+			  TimestampTz as_of, Oid claimer, bool all_owners, TimestampTz now,
 			  int *nschedules)
 {
-	Datum		args[7];
-	char		nulls[7];
+	Datum		args[8];
+	char		nulls[8];
 	SPITupleTable *due;
 	uint64		ndue;
 	uint64		i;
@@ -1025,7 +1035,7 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 
 	args[0] = TimestampTzGetDatum(as_of);
 	args[1] = BoolGetDatum(all_owners);
-	args[2] = NameGetDatum(claimer_name);
+	args[2] = ObjectIdGetDatum(claimer);
 	args[3] = Int32GetDatum(limit);
 	args[4] = Int64GetDatum(only_schedule_id);
 	fs_execute(with_command ? Q_DUE_WORKER : Q_DUE_APP, args, NULL, false, 0);
@@ -1041,6 +1051,7 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 		TupleDesc	desc = due->tupdesc;
 		bool		isnull;
 		Datum		id = SPI_getbinval(row, desc, DUE_ID, &isnull);
+		Datum		owner_oid = SPI_getbinval(row, desc, DUE_OWNER_OID, &isnull);
 		Datum		owner_name = SPI_getbinval(row, desc, DUE_OWNER, &isnull);
 		Datum		owner = CStringGetTextDatum(NameStr(*DatumGetName(owner_name)));
 		Datum		name = SPI_getbinval(row, desc, DUE_NAME, &isnull);
@@ -1086,11 +1097,11 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 		}
 
 		for (k = 0; k < d.nruns; k++)
-			fs_batch_ledger(&batch, id, d.runs[k], owner, name, "claimed",
+			fs_batch_ledger(&batch, id, d.runs[k], owner_oid, owner, name, "claimed",
 							k == 0 && d.has_missed, d.missed_since, (int) i);
 		nclaimed += d.nruns;
 		if (d.skipped)
-			fs_batch_ledger(&batch, id, d.last_for, owner, name, "skipped",
+			fs_batch_ledger(&batch, id, d.last_for, owner_oid, owner, name, "skipped",
 							d.has_missed, d.missed_since, -1);
 
 		batch.a_id[a] = id;
@@ -1116,11 +1127,12 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 	{
 		args[0] = fs_array(batch.l_id, NULL, batch.nledger, INT8OID);
 		args[1] = fs_array(batch.l_for, NULL, batch.nledger, TIMESTAMPTZOID);
-		args[2] = fs_array(batch.l_owner, NULL, batch.nledger, TEXTOID);
-		args[3] = fs_array(batch.l_name, NULL, batch.nledger, TEXTOID);
-		args[4] = fs_array(batch.l_state, NULL, batch.nledger, TEXTOID);
-		args[5] = fs_array(batch.l_missed, batch.l_missed_null, batch.nledger, TIMESTAMPTZOID);
-		args[6] = TimestampTzGetDatum(now);
+		args[2] = fs_array(batch.l_owner_oid, NULL, batch.nledger, OIDOID);
+		args[3] = fs_array(batch.l_owner, NULL, batch.nledger, TEXTOID);
+		args[4] = fs_array(batch.l_name, NULL, batch.nledger, TEXTOID);
+		args[5] = fs_array(batch.l_state, NULL, batch.nledger, TEXTOID);
+		args[6] = fs_array(batch.l_missed, batch.l_missed_null, batch.nledger, TIMESTAMPTZOID);
+		args[7] = TimestampTzGetDatum(now);
 		inserted = fs_insert_ledger(args, batch.nledger);
 	}
 
@@ -1164,6 +1176,7 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 		run = &c->runs[c->nruns++];
 		run->schedule_id = DatumGetInt64(batch.l_id[i]);
 		run->scheduled_for = DatumGetTimestampTz(batch.l_for[i]);
+		run->owner_oid = DatumGetObjectId(batch.l_owner_oid[i]);
 		old = MemoryContextSwitchTo(c->caller);
 		run->owner = TextDatumGetCString(batch.l_owner[i]);
 		MemoryContextSwitchTo(old);
@@ -1192,7 +1205,6 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 {
 	FsClaim		c;
 	FsAsSuperuser su;
-	NameData	claimer_name;
 	MemoryContext page_context;
 	TimestampTz now = GetCurrentTimestamp();
 	int			limit = max_runs;
@@ -1205,7 +1217,6 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 		return 0;
 	memset(&c, 0, sizeof(c));
 	c.caller = CurrentMemoryContext;
-	namestrcpy(&claimer_name, GetUserNameFromId(claimer, false));
 
 	fs_tables_open(&su);
 
@@ -1236,7 +1247,7 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 		bool		more;
 
 		more = fs_claim_page(&c, with_command, only_schedule_id, limit, want, as_of,
-							 &claimer_name, all_owners, now, &dealt_with);
+							 claimer, all_owners, now, &dealt_with);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(page_context);
 		if (only_schedule_id != 0 || c.nruns >= max_runs || !more)

@@ -27,7 +27,8 @@ typedef struct FsClaimedRun
 {
 	int64		schedule_id;
 	TimestampTz scheduled_for;
-	char	   *owner;
+	Oid			owner_oid;		/* the owner role */
+	char	   *owner;			/* its name when it last called fs_schedule() */
 	char	   *name;
 	char	   *tenant;			/* NULL: no tenant */
 	char	   *queue;

@@ -64,6 +64,7 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timeout.h"
 #include "utils/wait_event.h"
 
@@ -586,6 +587,40 @@ fs_disable_command_timeouts(void)
 }
 
 /*
+ * Why the command of `run` must not run as its owner now, or NULL.  The
+ * owner is a role, kept by OID: a role dropped since is not replaced by one
+ * created with its name, and a renamed one may have been renamed so as to
+ * be mistaken for another (it takes its schedules back by calling
+ * fs_schedule() for them again).  Nor does it run for a role that could
+ * not start a session here itself: one that may not log in, or may not
+ * connect to this database.  These are checked at each run, so that
+ * locking a role out stops its commands too.
+ */
+static char *
+fs_owner_refusal(const FsClaimedRun *run)
+{
+	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(run->owner_oid));
+	Form_pg_authid role;
+	char	   *refusal = NULL;
+
+	if (!HeapTupleIsValid(tuple))
+		return psprintf("role \"%s\" (OID %u) no longer exists: its schedules do not run",
+						run->owner, run->owner_oid);
+	role = (Form_pg_authid) GETSTRUCT(tuple);
+	if (strcmp(NameStr(role->rolname), run->owner) != 0)
+		refusal = psprintf("role \"%s\" was renamed to \"%s\": its schedules do not run until it calls fs_schedule() for them again",
+						   run->owner, NameStr(role->rolname));
+	else if (!role->rolcanlogin)
+		refusal = psprintf("role \"%s\" may not log in: its schedules do not run",
+						   run->owner);
+	else if (pg_database_aclcheck(MyDatabaseId, run->owner_oid, ACL_CONNECT) != ACLCHECK_OK)
+		refusal = psprintf("role \"%s\" may not connect to database \"%s\": its schedules do not run",
+						   run->owner, get_database_name(MyDatabaseId));
+	ReleaseSysCache(tuple);
+	return refusal;
+}
+
+/*
  * Run the command of `run` as its owner in a subtransaction.  Returns NULL
  * when it succeeded, or its error message (the subtransaction is rolled
  * back: a failing command undoes only its own work).
@@ -603,11 +638,8 @@ fs_run_command(const FsClaimedRun *run)
 {
 	MemoryContext context = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	Oid			owner_oid = get_role_oid(run->owner, true);
-	char	   *error = NULL;
-
-	if (!OidIsValid(owner_oid))
-		return psprintf("role \"%s\" does not exist any more", run->owner);
+	Oid			owner_oid = run->owner_oid;
+	char	   *volatile error = NULL;
 
 	BeginInternalSubTransaction("fairshare run");
 	MemoryContextSwitchTo(context);
@@ -886,7 +918,9 @@ fs_scheduler_run_one(TimestampTz as_of)
 			active_run.as_of = as_of;
 			active_run.valid = true;
 			pgstat_report_activity(STATE_RUNNING, claimed->command);
-			failure = fs_run_command(claimed);
+			failure = fs_owner_refusal(claimed);
+			if (failure == NULL)
+				failure = fs_run_command(claimed);
 			error = failure;
 			fs_reset_session();
 			fs_finish_run(claimed, failure);

@@ -66,8 +66,8 @@ is( $node->safe_psql('app',
 # --- Owners, commands and run data --------------------------------------------
 
 $node->safe_psql('app', q{
-	CREATE ROLE alice;
-	CREATE ROLE bob;
+	CREATE ROLE alice LOGIN;
+	CREATE ROLE bob LOGIN;
 	CREATE TABLE alice_runs (who name, schedule text, scheduled_for timestamptz,
 	                         payload jsonb, tenant text, queue text, via_guc text);
 	ALTER TABLE alice_runs OWNER TO alice;
@@ -272,6 +272,67 @@ is( $node->safe_psql('app',
 		q{SELECT name || ' ' || state FROM fs_recent_runs WHERE name IN ('a_skip_late', 'a_after_skip') ORDER BY name}),
 	"a_after_skip succeeded\na_skip_late skipped",
 	'a schedule whose late run is skipped does not keep the ones after it from running in the same pass');
+
+# --- Owners are roles that may still log in --------------------------------------
+
+# Each of these roles schedules a command, then is dropped and replaced by a
+# role of the same name, renamed, made NOLOGIN, or refused CONNECT.  None
+# of those commands runs; the role that is left alone runs its own.
+$node->safe_psql('app', q{
+	CREATE TABLE owner_runs (who name, schedule text);
+	GRANT INSERT ON owner_runs TO PUBLIC;
+	CREATE ROLE o_kept LOGIN;
+	CREATE ROLE o_dropped LOGIN;
+	CREATE ROLE o_renamed LOGIN;
+	CREATE ROLE o_nologin LOGIN;
+	CREATE ROLE o_noconnect LOGIN;
+});
+foreach my $role (qw(o_kept o_dropped o_renamed o_nologin o_noconnect))
+{
+	$node->safe_psql('app', qq{
+		SET ROLE $role;
+		SELECT fs_schedule('$role', '11 * * * *',
+		                   command => \$\$INSERT INTO owner_runs VALUES (current_user, '$role')\$\$);
+	});
+}
+$node->safe_psql('app', q{
+	DROP ROLE o_dropped;
+	CREATE ROLE o_dropped LOGIN;
+	ALTER ROLE o_renamed RENAME TO o_renamed_2;
+	ALTER ROLE o_nologin NOLOGIN;
+	REVOKE CONNECT ON DATABASE app FROM PUBLIC;
+	GRANT CONNECT ON DATABASE app TO alice, bob, o_kept, o_dropped, o_renamed_2, o_nologin;
+});
+is( $node->safe_psql('app', q{
+		SET ROLE o_dropped;
+		SELECT count(*) FROM fs_schedule_status;
+		SELECT fs_unschedule('o_dropped');}),
+	"0\nf", 'a role created with the name of a dropped owner does not get its schedules');
+is($node->safe_psql('app', q{SET ROLE o_renamed_2; SELECT name, owner FROM fs_schedule_status}),
+	'o_renamed|o_renamed', 'a renamed owner still sees its schedule');
+advance_to_minute(11);
+is($node->safe_psql('app', 'SELECT who, schedule FROM owner_runs'),
+	'o_kept|o_kept', "only the command of the owner left alone ran");
+is( $node->safe_psql('app',
+		q{SELECT name || ': ' || state || ' ' || error FROM fs_recent_runs
+		   WHERE name LIKE 'o\_%' AND state = 'failed' ORDER BY name}),
+	join("\n",
+		q{o_dropped: failed role "o_dropped" (OID } . $node->safe_psql('app',
+			q{SELECT owner_oid FROM fs_schedules WHERE name = 'o_dropped'}) . q{) no longer exists: its schedules do not run},
+		q{o_noconnect: failed role "o_noconnect" may not connect to database "app": its schedules do not run},
+		q{o_nologin: failed role "o_nologin" may not log in: its schedules do not run},
+		q{o_renamed: failed role "o_renamed" was renamed to "o_renamed_2": its schedules do not run until it calls fs_schedule() for them again}),
+	'the others are recorded as failed, saying why');
+$node->safe_psql('app', q{
+	SET ROLE o_renamed_2;
+	SELECT fs_schedule('o_renamed', '12 * * * *',
+	                   command => $$INSERT INTO owner_runs VALUES (current_user, 'o_renamed')$$);
+	RESET ROLE;
+	GRANT CONNECT ON DATABASE app TO PUBLIC;
+});
+advance_to_minute(12);
+is($node->safe_psql('app', q{SELECT who FROM owner_runs WHERE schedule = 'o_renamed'}),
+	'o_renamed_2', 'a renamed owner takes its schedule back by calling fs_schedule() again');
 
 # --- The worker's housekeeping --------------------------------------------------
 
