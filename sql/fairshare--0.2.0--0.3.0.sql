@@ -158,11 +158,13 @@ CREATE POLICY fs_schedule_runs_read ON fs_schedule_runs FOR SELECT
 GRANT SELECT ON fs_schedules, fs_schedule_state, fs_schedule_runs TO PUBLIC;
 GRANT DELETE ON fs_schedules TO fairshare_admin;
 
+-- Schedules are configuration: pg_dump dumps them (and the sequence, which
+-- it reads, so everyone may).  The ledger is history: it is not dumped.
 SELECT pg_catalog.pg_extension_config_dump('fs_schedules', '');
 COMMENT ON SEQUENCE fs_schedules_schedule_id_seq IS 'numbers schedules';
+GRANT SELECT ON SEQUENCE fs_schedules_schedule_id_seq TO PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('fs_schedules_schedule_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('fs_schedule_state', '');
-SELECT pg_catalog.pg_extension_config_dump('fs_schedule_runs', '');
 
 CREATE FUNCTION fs_schedule(
     name     text,
