@@ -36,6 +36,7 @@ SELECT fs_schedule('s_bad', NULL);
 SELECT fs_schedule('s_bad', '61 * * * *');
 SELECT fs_schedule('s_bad', '0 0 30 2 *');
 SELECT fs_schedule('s_bad', '* * * * *', 'Europe/Atlantis');
+SELECT fs_schedule('s_bad', '* * * * *', '<+03>-3');
 SELECT fs_schedule('s_bad', '* * * * *', NULL);
 SELECT fs_schedule('s_bad', '* * * * *', payload => NULL);
 SELECT fs_schedule('s_bad', '* * * * *', tenant => '');
