@@ -151,6 +151,7 @@ typedef enum FsQuery
 	Q_DELETE,
 	Q_DUE_APP,
 	Q_DUE_WORKER,
+	Q_DUE_LIST,
 	Q_LEDGER,
 	Q_LEDGER_CHECKED,
 	Q_ADVANCE,
@@ -177,15 +178,16 @@ enum
 /*
  * Only the state row is locked: it holds everything that decides the runs,
  * so a claimer that re-checks a row updated under it sees consistent
- * timing.  Index order only (no tie-break), so LIMIT reads no more rows
- * than it returns.
+ * timing.  The application's claims go in index order only (no tie-break),
+ * so LIMIT reads no more rows than it returns; the worker's look one
+ * schedule up by its key.
  */
-#define DUE_QUERY(filter) \
+#define DUE_QUERY(filter, order) \
 	"SELECT st.schedule_id, s.owner_oid, s.owner, s.name, st.cron, st.timezone, st.catchup," \
 	"       st.next_run_at, s.tenant, s.queue, s.payload, s.command" \
 	"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)" \
 	" WHERE st.next_run_at <= $1 AND ($2 OR s.owner_oid = $3) AND " filter \
-	" ORDER BY st.next_run_at LIMIT $4 FOR UPDATE OF st SKIP LOCKED"
+	order " LIMIT $4 FOR UPDATE OF st SKIP LOCKED"
 
 #define LEDGER_INSERT \
 	"INSERT INTO %1$s.fs_schedule_runs" \
@@ -230,12 +232,19 @@ static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 		2, {OIDOID, TEXTOID}
 	},
 	[Q_DUE_APP] = {
-		DUE_QUERY("NOT st.has_command"),
+		DUE_QUERY("NOT st.has_command", " ORDER BY st.next_run_at"),
 		4, {TIMESTAMPTZOID, BOOLOID, OIDOID, INT4OID}
 	},
 	[Q_DUE_WORKER] = {
-		DUE_QUERY("st.has_command AND ($5 = 0 OR st.schedule_id = $5)"),
+		DUE_QUERY("st.has_command AND st.schedule_id = $5", ""),
 		5, {TIMESTAMPTZOID, BOOLOID, OIDOID, INT4OID, INT8OID}
+	},
+	[Q_DUE_LIST] = {
+		"SELECT st.schedule_id, s.owner_oid, st.next_run_at"
+		"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)"
+		" WHERE st.has_command AND st.next_run_at <= $1"
+		" ORDER BY st.next_run_at LIMIT $2",
+		2, {TIMESTAMPTZOID, INT4OID}
 	},
 	[Q_LEDGER] = {
 		LEDGER_INSERT,
@@ -995,6 +1004,7 @@ typedef struct FsClaim
 	FsClaimedRun *runs;
 	int			nruns;
 	int			capacity;
+	bool		more;			/* the limit left runs of a schedule due */
 } FsClaim;
 
 /* Room for n more runs in c->runs. */
@@ -1090,6 +1100,7 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 		/* Within `want`: claim the first runs, leave the rest pending. */
 		if (d.nruns > want - nclaimed)
 		{
+			c->more = true;
 			d.nruns = want - nclaimed;
 			d.has_next = true;
 			d.next = d.runs[d.nruns];
@@ -1201,7 +1212,7 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 
 int
 fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, TimestampTz as_of,
-			  Oid claimer, bool all_owners, FsClaimedRun **runs_out, int *nschedules)
+			  Oid claimer, bool all_owners, FsClaimedRun **runs_out, FsClaimInfo *info)
 {
 	FsClaim		c;
 	FsAsSuperuser su;
@@ -1211,8 +1222,11 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 	int			dealt_with = 0;
 
 	*runs_out = NULL;
-	if (nschedules)
-		*nschedules = 0;
+	if (info)
+		memset(info, 0, sizeof(*info));
+	/* The worker's runs are claimed schedule by schedule, in its order. */
+	if (with_command && only_schedule_id == 0)
+		elog(ERROR, "runs of schedules with a command are claimed one schedule at a time");
 	if (max_runs <= 0)
 		return 0;
 	memset(&c, 0, sizeof(c));
@@ -1258,10 +1272,42 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 	MemoryContextDelete(page_context);
 
 	fs_tables_close(&su);
-	if (nschedules)
-		*nschedules = dealt_with;
+	if (info)
+	{
+		info->nschedules = dealt_with;
+		info->more = c.more;
+	}
 	*runs_out = c.runs;
 	return c.nruns;
+}
+
+int
+fs_due_worker_schedules(TimestampTz as_of, int limit, FsDueSchedule **due_out)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	FsAsSuperuser su;
+	Datum		args[2];
+	FsDueSchedule *due;
+	uint64		i;
+
+	fs_tables_open(&su);
+	args[0] = TimestampTzGetDatum(as_of);
+	args[1] = Int32GetDatum(limit);
+	fs_execute(Q_DUE_LIST, args, NULL, true, 0);
+	due = MemoryContextAlloc(caller, sizeof(FsDueSchedule) * Max(SPI_processed, 1));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		due[i].schedule_id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+		due[i].owner_oid = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
+		due[i].next_run_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull));
+	}
+	fs_tables_close(&su);
+	*due_out = due;
+	return (int) i;
 }
 
 /*

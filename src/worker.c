@@ -13,10 +13,11 @@
  *	   of fairshare.database without a restart.
  *
  *	 - the scheduler ("fairshare scheduler"), a dynamic worker connected to
- *	   fairshare.database.  At each minute boundary it claims the due runs
- *	   of schedules that have a command, one run per transaction, and runs
- *	   each command as the schedule's owner (fs_run_command()).  It waits
- *	   while the extension is not installed there, and exits when
+ *	   fairshare.database.  At each minute boundary it lists the schedules
+ *	   with a command that are due, claims their runs one per transaction,
+ *	   owner by owner, least time used first (FsOwnerQueue), and runs each
+ *	   command as the schedule's owner (fs_run_command()).  It waits while
+ *	   the extension is not installed there, and exits when
  *	   fairshare.database changes (the launcher starts the next one).
  *
  * The time is fs_now(): fairshare.debug_clock moves it in tests, and a
@@ -47,6 +48,7 @@
 #include "commands/sequence.h"
 #include "executor/spi.h"
 #include "funcapi.h"
+#include "lib/binaryheap.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -99,7 +101,7 @@ bool		fs_worker_enabled = true;
 char	   *fs_worker_database = NULL;
 int			fs_sweep_interval_ms = 1000;
 int			fs_state_save_interval_secs = 30;
-int			fs_command_timeout_ms = 5 * 60 * 1000;
+int			fs_command_timeout_ms = 60 * 1000;
 int			fs_run_retention_secs = 7 * 24 * 3600;
 
 /* The run being executed, for fs_current_run(); empty outside a run. */
@@ -258,7 +260,7 @@ fs_worker_init(void)
 							"if it still runs 5 seconds later, the scheduler exits to end it.  "
 							"0 means no limit.",
 							&fs_command_timeout_ms,
-							5 * 60 * 1000, 0, INT_MAX,
+							60 * 1000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
@@ -878,11 +880,21 @@ fs_scheduler_settle_lost_run(void)
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
+	MemoryContextSwitchTo(context);
 }
 
+/* What fs_scheduler_run_schedule() did with a schedule. */
+typedef enum FsRunOutcome
+{
+	FS_RUN_NONE,				/* not due any more, or locked: nothing */
+	FS_RUN_ADVANCED,			/* dealt with, without a run */
+	FS_RUN_RAN					/* a run, succeeded or failed */
+} FsRunOutcome;
+
 /*
- * One run, in its own transaction: claim it, run its command, record how
- * it went.  Returns false when nothing was due.
+ * One run of one schedule, in its own transaction: claim it, run its
+ * command, record how it went.  *more says whether the schedule still has
+ * runs due at as_of (catch-up 'all').
  *
  * If the transaction itself fails after the command (a command can leave
  * it unable to commit: a deferred constraint, SET TRANSACTION READ ONLY),
@@ -890,27 +902,30 @@ fs_scheduler_settle_lost_run(void)
  * and recorded as failed without running the command again, so that no
  * command can stall the scheduler or make it loop on one run.
  */
-static bool
-fs_scheduler_run_one(TimestampTz as_of)
+static FsRunOutcome
+fs_scheduler_run_schedule(int64 id, TimestampTz as_of, bool *more)
 {
 	MemoryContext context = CurrentMemoryContext;
 	volatile int64 schedule_id = 0;
 	volatile TimestampTz scheduled_for = 0;
 	char	   *volatile error = NULL;
-	volatile bool found = false;
+	volatile FsRunOutcome outcome = FS_RUN_NONE;
+	volatile bool more_due = false;
 	FsClaimedRun *claimed = NULL;
 
 	PG_TRY();
 	{
+		FsClaimInfo info;
+
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, "fairshare: claiming a due run");
-		if (fs_claim_runs(true, 0, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, NULL) == 1)
+		if (fs_claim_runs(true, id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, &info) == 1)
 		{
 			char	   *failure;
 
-			found = true;
+			outcome = FS_RUN_RAN;
 			schedule_id = claimed->schedule_id;
 			scheduled_for = claimed->scheduled_for;
 			active_run.schedule_id = schedule_id;
@@ -927,6 +942,9 @@ fs_scheduler_run_one(TimestampTz as_of)
 			if (failure != NULL)
 				fs_log_failed_run(claimed, failure);
 		}
+		else if (info.nschedules > 0)
+			outcome = FS_RUN_ADVANCED;
+		more_due = info.more;
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		active_run.valid = false;
@@ -949,17 +967,170 @@ fs_scheduler_run_one(TimestampTz as_of)
 
 		/*
 		 * Consume the run as failed.  An error here ends the scheduler, and
-		 * the next one records the run (active_run is still set).
+		 * the next one records the run (active_run is still set).  Whether
+		 * more runs are due is left to the next claim to find out.
 		 */
 		(void) fs_settle_failed_run(schedule_id, scheduled_for, as_of, failure);
 		active_run.valid = false;
+		more_due = true;
 		pgstat_report_activity(STATE_IDLE, NULL);
+		FreeErrorData(edata);
 	}
 	PG_END_TRY();
 
-	if (found)
+	/* Back from the transactions' contexts to the pass's. */
+	MemoryContextSwitchTo(context);
+	if (outcome == FS_RUN_RAN)
 		fs_count_run(error != NULL);
-	return found;
+	*more = more_due;
+	return outcome;
+}
+
+/*
+ * The worker serves owners fairly within a pass: each owner's due
+ * schedules wait in a queue of their own, and the next run is taken from
+ * the owner whose commands have used the least time so far in the pass
+ * (ties: the one whose next run is the oldest).  One owner's slow commands
+ * then delay another owner's run by at most one command, instead of by
+ * all of them.
+ */
+typedef struct FsOwnerQueue
+{
+	Oid			owner_oid;
+	int64		used_usecs;		/* time its runs took in this pass */
+	int			next;			/* its next schedule in the round's list */
+	int			end;			/* past its last one */
+} FsOwnerQueue;
+
+/* Owners' used time, across the rounds of a pass. */
+typedef struct FsOwnerUse
+{
+	Oid			owner_oid;		/* hash key */
+	int64		used_usecs;
+} FsOwnerUse;
+
+static int
+fs_due_cmp_owner(const void *a, const void *b)
+{
+	const FsDueSchedule *x = (const FsDueSchedule *) a;
+	const FsDueSchedule *y = (const FsDueSchedule *) b;
+
+	if (x->owner_oid != y->owner_oid)
+		return x->owner_oid < y->owner_oid ? -1 : 1;
+	if (x->next_run_at != y->next_run_at)
+		return x->next_run_at < y->next_run_at ? -1 : 1;
+	if (x->schedule_id != y->schedule_id)
+		return x->schedule_id < y->schedule_id ? -1 : 1;
+	return 0;
+}
+
+/* binaryheap keeps the greatest first: the owner to serve next. */
+static int
+fs_owner_queue_cmp(Datum a, Datum b, void *arg)
+{
+	const FsOwnerQueue *x = (const FsOwnerQueue *) DatumGetPointer(a);
+	const FsOwnerQueue *y = (const FsOwnerQueue *) DatumGetPointer(b);
+	const FsDueSchedule *due = (const FsDueSchedule *) arg;
+
+	if (x->used_usecs != y->used_usecs)
+		return x->used_usecs < y->used_usecs ? 1 : -1;
+	if (due[x->next].next_run_at != due[y->next].next_run_at)
+		return due[x->next].next_run_at < due[y->next].next_run_at ? 1 : -1;
+	if (x->owner_oid != y->owner_oid)
+		return x->owner_oid < y->owner_oid ? 1 : -1;
+	return 0;
+}
+
+/* Due schedules listed per round of a pass at most. */
+#define FS_PASS_ROUND				10000
+
+/*
+ * One round of a pass: list due schedules, and claim and run them, owner
+ * by owner as FsOwnerQueue says.  Adds the runs to *runs; returns how many
+ * schedules it dealt with (0: nothing more to do in this pass).
+ */
+static int
+fs_scheduler_round(TimestampTz as_of, HTAB *use, uint64 *runs)
+{
+	MemoryContext context = CurrentMemoryContext;
+	FsDueSchedule *due;
+	FsOwnerQueue *queues;
+	binaryheap *heap;
+	int			ndue;
+	int			nowners = 0;
+	int			dealt = 0;
+	int			i;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "fairshare: listing due runs");
+	MemoryContextSwitchTo(context);
+	ndue = fs_due_worker_schedules(as_of, FS_PASS_ROUND, &due);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(context);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	if (ndue == 0)
+		return 0;
+
+	qsort(due, ndue, sizeof(FsDueSchedule), fs_due_cmp_owner);
+	queues = palloc(sizeof(FsOwnerQueue) * ndue);
+	heap = binaryheap_allocate(ndue, fs_owner_queue_cmp, due);
+	for (i = 0; i < ndue; i++)
+	{
+		if (i == 0 || due[i].owner_oid != due[i - 1].owner_oid)
+		{
+			bool		found;
+			FsOwnerUse *u = hash_search(use, &due[i].owner_oid, HASH_ENTER, &found);
+			FsOwnerQueue *q = &queues[nowners++];
+
+			if (!found)
+				u->used_usecs = 0;
+			q->owner_oid = due[i].owner_oid;
+			q->used_usecs = u->used_usecs;
+			q->next = i;
+		}
+		queues[nowners - 1].end = i + 1;
+	}
+	for (i = 0; i < nowners; i++)
+		binaryheap_add_unordered(heap, PointerGetDatum(&queues[i]));
+	binaryheap_build(heap);
+
+	while (!binaryheap_empty(heap))
+	{
+		FsOwnerQueue *q = (FsOwnerQueue *) DatumGetPointer(binaryheap_first(heap));
+		TimestampTz started = GetCurrentTimestamp();
+		bool		more = false;
+		FsRunOutcome outcome;
+
+		outcome = fs_scheduler_run_schedule(due[q->next].schedule_id, as_of, &more);
+		if (outcome != FS_RUN_NONE)
+			dealt++;
+		if (outcome == FS_RUN_RAN)
+		{
+			(*runs)++;
+			q->used_usecs += GetCurrentTimestamp() - started;
+		}
+		/* A schedule with more runs due stays at the head of its queue. */
+		if (outcome == FS_RUN_NONE || !more)
+			q->next++;
+		if (q->next == q->end)
+			(void) binaryheap_remove_first(heap);
+		else
+			binaryheap_replace_first(heap, PointerGetDatum(q));
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	for (i = 0; i < nowners; i++)
+	{
+		FsOwnerUse *u = hash_search(use, &queues[i].owner_oid, HASH_FIND, NULL);
+
+		u->used_usecs = queues[i].used_usecs;
+	}
+	binaryheap_free(heap);
+	pfree(queues);
+	pfree(due);
+	return dealt;
 }
 
 /* Is the extension, with its schedules, installed in this database? */
@@ -981,14 +1152,34 @@ fs_scheduler_pass(TimestampTz as_of)
 	TimestampTz started = GetCurrentTimestamp();
 	uint64		runs = 0;
 	uint64		pruned = 0;
+	MemoryContext pass_context;
+	MemoryContext old;
+	HASHCTL		ctl;
+	HTAB	   *use;
+
+	/*
+	 * What the pass keeps between its transactions (the lists of due
+	 * schedules, the owners' time, errors of failed runs) lives here and
+	 * goes with the pass.
+	 */
+	pass_context = AllocSetContextCreate(TopMemoryContext, "fairshare scheduler pass",
+										 ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(pass_context);
 
 	fs_worker_set_state(FS_WORKER_RUNNING);
 	fs_scheduler_settle_lost_run();
-	while (fs_scheduler_run_one(as_of))
-	{
-		runs++;
+
+	/*
+	 * Rounds go on while they deal with schedules: a round lists what is
+	 * due when it starts, and schedules it could not lock, or that became
+	 * due during it, are left for the next.
+	 */
+	ctl.keysize = sizeof(Oid);
+	ctl.entrysize = sizeof(FsOwnerUse);
+	ctl.hcxt = pass_context;
+	use = hash_create("fairshare owners' time", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	while (fs_scheduler_round(as_of, use, &runs) > 0)
 		CHECK_FOR_INTERRUPTS();
-	}
 
 	if (fs_run_retention_secs > 0)
 	{
@@ -1000,6 +1191,8 @@ fs_scheduler_pass(TimestampTz as_of)
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(pass_context);
 
 	SpinLockAcquire(&fs_worker_shared->mutex);
 	fs_worker_shared->last_pass_at = as_of;

@@ -334,6 +334,28 @@ advance_to_minute(12);
 is($node->safe_psql('app', q{SELECT who FROM owner_runs WHERE schedule = 'o_renamed'}),
 	'o_renamed_2', 'a renamed owner takes its schedule back by calling fs_schedule() again');
 
+# --- Owners are served fairly ----------------------------------------------------
+
+# At minute 14, alice has three slow commands due since minute 13, and bob
+# one quick command due at 14.  Oldest first, bob's would wait for all of
+# alice's; served by least time used, it waits for one at most.
+$node->safe_psql('app', q{
+	SET ROLE alice;
+	SELECT fs_schedule('a_slow_' || i, '13 * * * *', command => 'SELECT pg_sleep(0.5)')
+	  FROM generate_series(1, 3) i;
+	SET ROLE bob;
+	SELECT fs_schedule('b_quick', '14 * * * *',
+	                   command => $$INSERT INTO bob_runs (note) VALUES ('b_quick')$$);
+});
+advance_to_minute(14);
+is( $node->safe_psql('app', q{
+		SELECT count(*) <= 1 FROM fs_schedule_runs a, fs_schedule_runs b
+		 WHERE a.name LIKE 'a\_slow\_%' AND b.name = 'b_quick' AND a.claimed_at < b.claimed_at}),
+	't', "one owner's slow commands delay another owner's run by one command at most");
+is( $node->safe_psql('app',
+		q{SELECT count(*) FROM fs_schedule_runs WHERE name LIKE 'a\_slow\_%' AND state = 'succeeded'}),
+	'3', 'and they all run in the same pass');
+
 # --- The worker's housekeeping --------------------------------------------------
 
 is( $node->safe_psql('app',
