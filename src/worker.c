@@ -86,8 +86,13 @@ PGDLLEXPORT void fs_scheduler_main(Datum main_arg);
 #define FS_SCHEDULER_RESTART_SECS	5
 /* How often it looks for fairshare.database and for a lost scheduler. */
 #define FS_LAUNCHER_POLL_SECS		5
-/* Ledger rows deleted per pass at most, so a pass stays short. */
+/*
+ * Old ledger rows are deleted in batches of this many, each in its own
+ * transaction (short locks, WAL and memory), until a batch finds fewer or
+ * the pass has pruned for FS_PRUNE_MAX_SECS: the rest waits for the next.
+ */
 #define FS_PRUNE_BATCH				10000
+#define FS_PRUNE_MAX_SECS			5
 
 /*
  * How long a command may go on after fairshare.command_timeout cancelled
@@ -1183,13 +1188,24 @@ fs_scheduler_pass(TimestampTz as_of)
 
 	if (fs_run_retention_secs > 0)
 	{
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pruned = fs_prune_runs(GetCurrentTimestamp() -
-							   (TimestampTz) fs_run_retention_secs * USECS_PER_SEC,
-							   FS_PRUNE_BATCH);
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		TimestampTz prune_started = GetCurrentTimestamp();
+		TimestampTz before = prune_started - (TimestampTz) fs_run_retention_secs * USECS_PER_SEC;
+		uint64		deleted;
+
+		pgstat_report_activity(STATE_RUNNING, "fairshare: deleting old runs");
+		do
+		{
+			CHECK_FOR_INTERRUPTS();
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			deleted = fs_prune_runs(before, FS_PRUNE_BATCH);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			pruned += deleted;
+		} while (deleted >= FS_PRUNE_BATCH &&
+				 !TimestampDifferenceExceeds(prune_started, GetCurrentTimestamp(),
+											 FS_PRUNE_MAX_SECS * 1000));
+		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(pass_context);

@@ -356,6 +356,22 @@ is( $node->safe_psql('app',
 		q{SELECT count(*) FROM fs_schedule_runs WHERE name LIKE 'a\_slow\_%' AND state = 'succeeded'}),
 	'3', 'and they all run in the same pass');
 
+# --- Old runs are pruned ----------------------------------------------------------
+
+# Runs older than fairshare.run_retention go, several batches in one pass.
+$node->safe_psql('app', q{
+	INSERT INTO fs_schedule_runs (schedule_id, scheduled_for, owner_oid, owner, name, state, claimed_at)
+	SELECT -1, timestamptz '2000-01-01 00:00+00' + g * interval '1 minute', 10, 'postgres', 'ancient',
+	       'succeeded', timestamptz '2000-01-01 00:00+00'
+	  FROM generate_series(1, 25000) g;
+});
+my $pruned_before = $node->safe_psql('app', 'SELECT runs_pruned FROM fs_scheduler');
+advance_to_minute(15);
+is( $node->safe_psql('app', qq{
+		SELECT (SELECT count(*) FROM fs_schedule_runs WHERE name = 'ancient'),
+		       runs_pruned - $pruned_before FROM fs_scheduler}),
+	'0|25000', 'a pass deletes every run past fairshare.run_retention, in batches');
+
 # --- The worker's housekeeping --------------------------------------------------
 
 is( $node->safe_psql('app',
