@@ -56,6 +56,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 
 #include "cron_sql.h"
 #include "fairshare.h"
@@ -152,6 +153,7 @@ typedef enum FsQuery
 	Q_DUE_APP,
 	Q_DUE_WORKER,
 	Q_DUE_LIST,
+	Q_DUE_REREAD,
 	Q_LEDGER,
 	Q_LEDGER_CHECKED,
 	Q_ADVANCE,
@@ -172,20 +174,23 @@ typedef struct FsQueryDef
 enum
 {
 	DUE_ID = 1, DUE_OWNER_OID, DUE_OWNER, DUE_NAME, DUE_CRON, DUE_TIMEZONE, DUE_CATCHUP,
-	DUE_NEXT_RUN_AT, DUE_TENANT, DUE_QUEUE, DUE_PAYLOAD, DUE_COMMAND
+	DUE_NEXT_RUN_AT, DUE_TENANT, DUE_QUEUE, DUE_PAYLOAD, DUE_COMMAND, DUE_STATE_XMIN
 };
 
 /*
  * Only the state row is locked: it holds everything that decides the runs,
  * so a claimer that re-checks a row updated under it sees consistent
- * timing.  The application's claims go in index order only (no tie-break),
- * so LIMIT reads no more rows than it returns; the worker's look one
- * schedule up by its key.
+ * timing.  The schedule row is read again when the state row may have been
+ * re-checked (see fs_reread_changed()).  The application's claims go in
+ * index order only (no tie-break), so LIMIT reads no more rows than it
+ * returns; the worker's look one schedule up by its key.
  */
-#define DUE_QUERY(filter, order) \
+#define DUE_COLUMNS \
 	"SELECT st.schedule_id, s.owner_oid, s.owner, s.name, st.cron, st.timezone, st.catchup," \
-	"       st.next_run_at, s.tenant, s.queue, s.payload, s.command" \
-	"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)" \
+	"       st.next_run_at, s.tenant, s.queue, s.payload, s.command, st.xmin" \
+	"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)"
+#define DUE_QUERY(filter, order) \
+	DUE_COLUMNS \
 	" WHERE st.next_run_at <= $1 AND ($2 OR s.owner_oid = $3) AND " filter \
 	order " LIMIT $4 FOR UPDATE OF st SKIP LOCKED"
 
@@ -238,6 +243,10 @@ static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 	[Q_DUE_WORKER] = {
 		DUE_QUERY("st.has_command AND st.schedule_id = $5", ""),
 		5, {TIMESTAMPTZOID, BOOLOID, OIDOID, INT4OID, INT8OID}
+	},
+	[Q_DUE_REREAD] = {
+		DUE_COLUMNS " WHERE st.schedule_id = ANY ($1)",
+		1, {INT8ARRAYOID}
 	},
 	[Q_DUE_LIST] = {
 		"SELECT st.schedule_id, s.owner_oid, st.next_run_at"
@@ -997,6 +1006,78 @@ fs_copy_text(HeapTuple row, TupleDesc desc, int column, MemoryContext into)
 	return result;
 }
 
+/*
+ * The due query locks the state rows only.  In READ COMMITTED, a state row
+ * changed by fs_schedule() after the query's snapshot is re-checked and
+ * locked in its new version, but the schedule row joined to it stays as
+ * the snapshot saw it: the claim would pair the new timing with the old
+ * command and payload.  So the rows whose state row is newer than
+ * `horizon` (the xmin of a snapshot taken before the query: every version
+ * written by a transaction that committed after the query's snapshot is
+ * that new) are read again, with a new snapshot, which sees their schedule
+ * rows as they are now: no fs_schedule() can change them while their state
+ * rows are locked.  Older rows, nearly all of them, need nothing.
+ * rows[i] becomes the row to use for due row i.
+ */
+typedef struct FsRowSlot
+{
+	int64		schedule_id;	/* hash key */
+	uint64		index;			/* its row in the due query's result */
+} FsRowSlot;
+
+static void
+fs_reread_changed(SPITupleTable *due, uint64 ndue, TransactionId horizon, HeapTuple *rows)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * Max(ndue, 1));
+	int			nids = 0;
+	uint64		i;
+	Datum		args[1];
+	HASHCTL		ctl;
+	HTAB	   *slots;
+	SPITupleTable *fresh;
+
+	ctl.keysize = sizeof(int64);
+	ctl.entrysize = sizeof(FsRowSlot);
+	ctl.hcxt = CurrentMemoryContext;
+	slots = hash_create("fairshare changed schedules", 16, &ctl,
+						HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	for (i = 0; i < ndue; i++)
+	{
+		bool		isnull;
+		TransactionId xmin = DatumGetTransactionId(SPI_getbinval(due->vals[i], due->tupdesc,
+																 DUE_STATE_XMIN, &isnull));
+
+		rows[i] = due->vals[i];
+		if (!TransactionIdPrecedes(xmin, horizon))
+		{
+			Datum		id = SPI_getbinval(due->vals[i], due->tupdesc, DUE_ID, &isnull);
+			int64		key = DatumGetInt64(id);
+			FsRowSlot  *slot = hash_search(slots, &key, HASH_ENTER, NULL);
+
+			slot->index = i;
+			ids[nids++] = id;
+		}
+	}
+	if (nids > 0)
+	{
+		args[0] = fs_array(ids, NULL, nids, INT8OID);
+		fs_execute(Q_DUE_REREAD, args, NULL, false, 0);
+		fresh = SPI_tuptable;
+		for (i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+			int64		key = DatumGetInt64(SPI_getbinval(fresh->vals[i], fresh->tupdesc,
+														  DUE_ID, &isnull));
+			FsRowSlot  *slot = hash_search(slots, &key, HASH_FIND, NULL);
+
+			if (slot != NULL)
+				rows[slot->index] = fresh->vals[i];
+		}
+	}
+	hash_destroy(slots);
+	pfree(ids);
+}
+
 /* The runs a claim hands out so far, in the caller's memory context. */
 typedef struct FsClaim
 {
@@ -1043,6 +1124,9 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 	int			nclaimed = 0;
 	HTAB	   *inserted = NULL;
 
+	TransactionId horizon = GetLatestSnapshot()->xmin;
+	HeapTuple  *rows;
+
 	args[0] = TimestampTzGetDatum(as_of);
 	args[1] = BoolGetDatum(all_owners);
 	args[2] = ObjectIdGetDatum(claimer);
@@ -1051,13 +1135,15 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 	fs_execute(with_command ? Q_DUE_WORKER : Q_DUE_APP, args, NULL, false, 0);
 	due = SPI_tuptable;
 	ndue = SPI_processed;
+	rows = palloc(sizeof(HeapTuple) * Max(ndue, 1));
+	fs_reread_changed(due, ndue, horizon, rows);
 	/* Each schedule gives at most CAP runs, or one 'skipped' row. */
 	fs_batch_init(&batch, (Size) Max(ndue, 1),
 				  (Size) Min((uint64) want + ndue, ndue * FS_CATCHUP_ALL_CAP + 1));
 
 	for (i = 0; i < ndue && nclaimed < want; i++)
 	{
-		HeapTuple	row = due->vals[i];
+		HeapTuple	row = rows[i];
 		TupleDesc	desc = due->tupdesc;
 		bool		isnull;
 		Datum		id = SPI_getbinval(row, desc, DUE_ID, &isnull);
@@ -1183,7 +1269,7 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 			if (hash_search(inserted, &key, HASH_FIND, NULL) == NULL)
 				continue;
 		}
-		row = due->vals[source];
+		row = rows[source];
 		run = &c->runs[c->nruns++];
 		run->schedule_id = DatumGetInt64(batch.l_id[i]);
 		run->scheduled_for = DatumGetTimestampTz(batch.l_for[i]);

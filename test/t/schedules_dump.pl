@@ -10,14 +10,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FairshareTest;
 
-my $src = $ENV{FS_SRC} or die "FS_SRC is not set";
-
-my $node = PostgreSQL::Test::Cluster->new('dump');
-$node->init;
-$node->append_conf('postgresql.conf', slurp_file("$src/test/fairshare.conf"));
-$node->append_conf('postgresql.conf', "fairshare.database = ''\n");
-$node->start;
+my $node = fs_node('dump', "fairshare.database = ''\n");
 
 $node->safe_psql('postgres', q{
 	CREATE ROLE app_owner LOGIN;
