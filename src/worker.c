@@ -937,7 +937,12 @@ fs_scheduler_run_schedule(int64 id, TimestampTz as_of, bool *more)
 			active_run.scheduled_for = scheduled_for;
 			active_run.as_of = as_of;
 			active_run.valid = true;
-			pgstat_report_activity(STATE_RUNNING, claimed->command);
+			/*
+			 * The schedule, not the command: pg_stat_activity shows this to
+			 * roles (pg_read_all_stats) that may not read the command.
+			 */
+			pgstat_report_activity(STATE_RUNNING,
+								   psprintf("fairshare: schedule " INT64_FORMAT, schedule_id));
 			failure = fs_owner_refusal(claimed);
 			if (failure == NULL)
 				failure = fs_run_command(claimed);

@@ -167,6 +167,11 @@ $node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = " . ($t0 + 180
 $node->poll_query_until('app',
 	q{SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted})
   or die "the command did not start";
+is( $node->safe_psql('app',
+		q{SELECT query FROM pg_stat_activity WHERE backend_type = 'fairshare scheduler'}),
+	'fairshare: schedule '
+	  . $node->safe_psql('app', q{SELECT schedule_id FROM fs_schedules WHERE name = 'a_blocked'}),
+	'pg_stat_activity shows the schedule being run, not its command');
 $node->stop('immediate');
 $holder->{run}->finish;
 $node->start;
