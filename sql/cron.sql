@@ -41,7 +41,8 @@ SELECT fs_next_run('0 * * * *', 'UTC', '2024-01-01 00:00:00+00') AS next_after_e
 SELECT fs_next_run('0 9 * * *', 'america/new_YORK', '2024-07-01') AS new_york_summer,
        fs_next_run('0 9 * * *', 'America/New_York', '2024-12-01') AS new_york_winter,
        fs_next_run('0 9 * * *', 'Asia/Kathmandu', '2024-12-01') AS kathmandu_0545,
-       fs_next_run('0 9 * * *', 'Etc/GMT+5', '2024-12-01') AS etc_gmt_plus_5;
+       fs_next_run('0 9 * * *', 'Etc/GMT+5', '2024-12-01') AS etc_gmt_plus_5,
+       fs_next_run('0 9 * * *', 'est5edt', '2024-07-01') AS est5edt;
 
 -- Leap days, month ends and far futures.
 SELECT ARRAY(SELECT fs_next_runs('0 0 29 2 *', 'UTC', '2095-01-01', 3)) AS leap_days_skip_2100,
@@ -112,6 +113,25 @@ SELECT fs_next_run('0 0 * * *', 'Mars/Olympus_Mons', '2024-01-01');
 SELECT fs_next_run('0 0 * * *', '', '2024-01-01');
 SELECT fs_next_run('0 0 * * *', E'Europe/\x7fLondon', '2024-01-01');
 SELECT fs_next_run('0 0 * * *', repeat('A', 10240), '2024-01-01');
+-- POSIX time zone specifications are not names of the tz database.
+SELECT fs_next_run('0 0 * * *', '<Z123>0', '2024-01-01');
+SELECT fs_next_run('0 0 * * *', 'EST5EDT,M3.2.0,M11.1.0', '2024-01-01');
+SELECT * FROM fs_next_runs('0 0 * * *', 'XYZ-3', '2024-01-01', 1);
+SELECT fs_next_run('0 0 * * *', 'Etc/GMT+15', '2024-01-01');
+-- Refused specifications are not even loaded: PostgreSQL's cache of zones
+-- (about 24 kB each, kept for the life of the process) does not grow.
+SELECT total_bytes AS zone_cache_before FROM pg_backend_memory_contexts WHERE name = 'Timezones' \gset
+DO $$
+BEGIN
+  FOR i IN 1..500 LOOP
+    BEGIN
+      PERFORM fs_next_run('0 0 * * *', '<Z' || lpad(i::text, 4, '0') || '>' || (i % 12), '2024-01-01');
+    EXCEPTION WHEN invalid_parameter_value THEN NULL;
+    END;
+  END LOOP;
+END $$;
+SELECT total_bytes - :zone_cache_before < 100000 AS zone_cache_flat
+  FROM pg_backend_memory_contexts WHERE name = 'Timezones';
 SELECT fs_next_run(NULL, 'UTC', '2024-01-01');
 SELECT fs_next_run('0 0 * * *', NULL, '2024-01-01');
 SELECT fs_next_run('0 0 * * *', 'UTC', NULL);

@@ -36,6 +36,7 @@ SELECT fs_schedule('s_bad', NULL);
 SELECT fs_schedule('s_bad', '61 * * * *');
 SELECT fs_schedule('s_bad', '0 0 30 2 *');
 SELECT fs_schedule('s_bad', '* * * * *', 'Europe/Atlantis');
+SELECT fs_schedule('s_bad', '* * * * *', '<+03>-3');
 SELECT fs_schedule('s_bad', '* * * * *', NULL);
 SELECT fs_schedule('s_bad', '* * * * *', payload => NULL);
 SELECT fs_schedule('s_bad', '* * * * *', tenant => '');
@@ -109,6 +110,16 @@ SELECT array_agg(scheduled_for ORDER BY scheduled_for) FROM fs_claim_due_schedul
 SELECT array_agg(scheduled_for ORDER BY scheduled_for) FROM fs_claim_due_schedules(3, '2024-01-01 05:40:00');
 SELECT fs_unschedule('s_split');
 
+-- Schedules that give no run do not count against max_runs: at 01:30 the
+-- 01:00 runs of the 'skip' schedules are too late and dropped, and the
+-- claim still returns the run of s_on_time, due after them.
+SELECT count(fs_schedule('s_late' || i, '0 * * * *', catchup => 'skip')) FROM generate_series(1, 3) i;
+SELECT fs_schedule('s_on_time', '30 1 * * *') IS NOT NULL AS created;
+SELECT name, scheduled_for FROM fs_claim_due_schedules(1, '2024-01-01 01:30:00');
+SELECT name, scheduled_for, state FROM fs_recent_runs
+ WHERE name ~ '^s_late[0-9]$' OR name = 's_on_time' ORDER BY name;
+SELECT count(fs_unschedule(n)) FROM unnest(ARRAY['s_late1', 's_late2', 's_late3', 's_on_time']) n;
+
 -- A changed expression starts from the last claimed instant if that is
 -- later than now, so no claimed instant is ever handed out again.
 SELECT fs_schedule('s_change', '0 * * * *') AS change \gset
@@ -156,7 +167,8 @@ VALUES ('fs_alice', 'evil', '{}', 'default', 'SELECT 1');
 UPDATE fs_schedules SET command = 'DROP TABLE x' WHERE name = 'alice_only';
 UPDATE fs_schedule_state SET next_run_at = now();
 DELETE FROM fs_schedules;
-INSERT INTO fs_schedule_runs VALUES (1, now(), 'fs_bob', 'x', 'claimed', now());
+INSERT INTO fs_schedule_runs (schedule_id, scheduled_for, owner_oid, owner, name, state, claimed_at)
+VALUES (1, now(), 'fs_bob'::regrole, 'fs_bob', 'x', 'claimed', now());
 -- bob claims only his own runs.
 SELECT name, payload FROM fs_claim_due_schedules(as_of => '2024-01-01 09:00:00');
 SELECT owner, name, scheduled_for FROM fs_recent_runs;
@@ -174,7 +186,34 @@ SELECT owner, name, scheduled_for FROM fs_recent_runs ORDER BY 3;
 SELECT fs_unschedule('shared_name'), fs_unschedule('alice_only');
 RESET ROLE;
 SELECT count(*) AS left_over FROM fs_schedules WHERE owner IN ('fs_alice', 'fs_bob');
+
+-- Owners are roles, not names.  A role created with the name of a dropped
+-- owner does not see, change, remove or claim its schedules, and gets a
+-- schedule of its own under the same name.
+SET ROLE fs_alice;
+SELECT fs_schedule('alice_kept', '0 * * * *', payload => '{"v": 1}') AS old_alice_kept \gset
+RESET ROLE;
 DROP ROLE fs_alice;
+CREATE ROLE fs_alice;
+SET ROLE fs_alice;
+SELECT count(*) AS sees FROM fs_schedule_status;
+SELECT fs_unschedule('alice_kept') AS removed;
+SELECT count(*) AS claims FROM fs_claim_due_schedules(as_of => '2024-01-01 11:00:00');
+SELECT count(*) AS sees_runs FROM fs_recent_runs;
+SELECT fs_schedule('alice_kept', '0 * * * *', payload => '{"v": 2}') <> :old_alice_kept AS new_schedule;
+SELECT name, payload FROM fs_schedule_status;
+RESET ROLE;
+SELECT owner, name, payload, owner_oid = 'fs_alice'::regrole AS current_role
+  FROM fs_schedules WHERE name = 'alice_kept' ORDER BY payload::text;
+-- A renamed owner keeps its schedules; fs_schedule() records its new name.
+ALTER ROLE fs_alice RENAME TO fs_alice_2;
+SET ROLE fs_alice_2;
+SELECT owner, name FROM fs_schedule_status;
+SELECT fs_schedule('alice_kept', '0 * * * *', payload => '{"v": 3}') IS NOT NULL AS changed;
+SELECT owner, name, payload FROM fs_schedule_status;
+RESET ROLE;
+DELETE FROM fs_schedules WHERE name = 'alice_kept';
+DROP ROLE fs_alice_2;
 DROP ROLE fs_bob;
 DROP ROLE fs_carol;
 

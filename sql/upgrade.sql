@@ -82,3 +82,34 @@ SELECT fs_set_limit('kept', max_slots => 3);
 ALTER EXTENSION fairshare UPDATE;
 SELECT tenant, max_slots FROM fs_limits;
 TRUNCATE fs_limits;
+
+-- Functions that a role allowed to create objects in the extension's
+-- schema could put there before CREATE EXTENSION or ALTER EXTENSION
+-- UPDATE, to capture calls in the policies, views, defaults and checks:
+-- none of the extension's objects uses them, installed either way.
+DROP EXTENSION fairshare;
+CREATE SCHEMA fs_decoy;
+CREATE FUNCTION fs_decoy.pg_has_role(text, text) RETURNS boolean
+    LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION fs_decoy.now() RETURNS timestamptz
+    LANGUAGE sql AS $$SELECT timestamptz 'epoch'$$;
+CREATE TEMP VIEW decoy_uses AS
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS object,
+       pg_describe_object(d.refclassid, d.refobjid, 0) AS uses
+  FROM pg_depend d JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid
+ WHERE p.pronamespace = 'fs_decoy'::regnamespace
+   AND NOT EXISTS (SELECT FROM pg_depend e
+                    WHERE e.classid = 'pg_proc'::regclass AND e.objid = p.oid AND e.deptype = 'e');
+CREATE EXTENSION fairshare SCHEMA fs_decoy VERSION '0.1.0';
+ALTER EXTENSION fairshare UPDATE;
+SELECT * FROM decoy_uses;
+-- The policies call pg_catalog's pg_has_role(name, text).
+SELECT policyname, qual FROM pg_policies WHERE schemaname = 'fs_decoy' ORDER BY 1;
+DROP EXTENSION fairshare;
+CREATE EXTENSION fairshare SCHEMA fs_decoy;
+SELECT * FROM decoy_uses;
+SET client_min_messages = warning;
+DROP EXTENSION fairshare;
+DROP SCHEMA fs_decoy CASCADE;
+RESET client_min_messages;
+CREATE EXTENSION fairshare;

@@ -2,7 +2,7 @@
  *
  * cron_sql.c
  *	  fs_next_run() and fs_next_runs(): the cron engine from SQL, with time
- *	  zones from PostgreSQL's own tz database.
+ *	  zones from PostgreSQL's own tz database, named as in pg_timezone_names.
  *
  * The engine (cron.c) asks a zone one question: the UTC offset at an
  * instant and when it next changes.  pg_next_dst_boundary() answers exactly
@@ -19,6 +19,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/memutils.h"
 
 #include "cron_sql.h"
 #include "fairshare.h"
@@ -112,12 +113,104 @@ fs_cron_parse_cstring(const char *expr, FsCron *cron, FsCronError *error)
 	return fs_cron_parse(expr, strlen(expr), cron, error);
 }
 
+/*
+ * The names of the tz database, upper-cased and sorted, as
+ * pg_timezone_names lists them; read once per process, when first needed.
+ */
+static char **tz_names = NULL;
+static int	ntz_names = 0;
+
+static int
+fs_strcmp_indirect(const void *a, const void *b)
+{
+	return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+static void
+fs_upcase(char *s)
+{
+	for (; *s; s++)
+		*s = pg_toupper((unsigned char) *s);
+}
+
+static void
+fs_tz_names_load(void)
+{
+	MemoryContext context = AllocSetContextCreate(CurrentMemoryContext,
+												  "fairshare time zone names",
+												  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(context);
+	int			capacity = 1024;
+	int			n = 0;
+	char	  **names = palloc(sizeof(char *) * capacity);
+	pg_tzenum  *dir = pg_tzenumerate_start();
+	pg_tz	   *tz;
+
+	/* Files of the tz database that load and do not count leap seconds. */
+	while ((tz = pg_tzenumerate_next(dir)) != NULL)
+	{
+		if (n == capacity)
+		{
+			capacity *= 2;
+			names = repalloc(names, sizeof(char *) * capacity);
+		}
+		names[n] = pstrdup(pg_get_timezone_name(tz));
+		fs_upcase(names[n]);
+		n++;
+	}
+	pg_tzenumerate_end(dir);
+	qsort(names, n, sizeof(char *), fs_strcmp_indirect);
+	MemoryContextSwitchTo(old);
+
+	/* Kept only once complete: an error above frees it with its parent. */
+	MemoryContextSetParent(context, TopMemoryContext);
+	tz_names = names;
+	ntz_names = n;
+}
+
+/* Is `name` (any case) a name of the tz database? */
+static bool
+fs_tz_name_known(const char *name)
+{
+	char	   *key = pstrdup(name);
+	bool		found;
+
+	if (tz_names == NULL)
+		fs_tz_names_load();
+	fs_upcase(key);
+	found = bsearch(&key, tz_names, ntz_names, sizeof(char *), fs_strcmp_indirect) != NULL;
+	pfree(key);
+	return found;
+}
+
+/* Could pg_tzset() read `name` as a POSIX time zone specification? */
+static bool
+fs_zone_may_be_posix(const char *name)
+{
+	/*
+	 * A POSIX specification ("<+03>-3", "EST5EDT,M3.2.0,M11.1.0") always
+	 * has a UTC offset after its first abbreviation, so it has a digit;
+	 * pg_tzset() reads anything else only as a file of the tz database.
+	 */
+	return strpbrk(name, "0123456789") != NULL;
+}
+
+/*
+ * Only names of the tz database are accepted, not POSIX specifications,
+ * which pg_tzset() would also read: the contract says zones come from the
+ * tz database, and pg_tzset() caches every zone it reads (about 24 kB each)
+ * for the life of the process, so distinct specifications (one per
+ * schedule, say) would grow the worker without bound.  Names are few.
+ * Names without a digit, most of them, need no look-up in the list.
+ */
 pg_tz *
 fs_cron_find_zone(const char *name)
 {
 	pg_tz	   *tz;
 
 	if (name[0] == '\0' || strlen(name) > TZ_STRLEN_MAX)
+		return NULL;
+	if (fs_zone_may_be_posix(name) && !fs_tz_name_known(name))
 		return NULL;
 	tz = pg_tzset(name);
 	/* Zones that count leap seconds would disagree with timestamptz. */
@@ -137,6 +230,8 @@ fs_cron_zone_text(text *name)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("time zone \"%s\" is not recognized",
 						fs_cron_echo(cname, (int) strlen(cname))),
+				 fs_zone_may_be_posix(cname) ?
+				 errdetail("Only names of the tz database are accepted, not POSIX time zone specifications such as \"<+03>-3\".") : 0,
 				 errhint("Use a name from pg_timezone_names, such as 'UTC', 'Europe/London' or 'America/New_York'.")));
 	pfree(cname);
 	return tz;

@@ -31,7 +31,10 @@ extern void fs_cron_parse_text(text *expr, FsCron *cron);
 /* Parse without raising: false and *error filled on failure. */
 extern bool fs_cron_parse_cstring(const char *expr, FsCron *cron, FsCronError *error);
 
-/* A zone by name (any case), or NULL if PostgreSQL does not know it. */
+/*
+ * A zone by its name in PostgreSQL's tz database (any case), or NULL if it
+ * is not one.  POSIX time zone specifications are not names.
+ */
 extern pg_tz *fs_cron_find_zone(const char *name);
 
 /* A zone by name, or an error with a hint. */

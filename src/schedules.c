@@ -30,7 +30,10 @@
  * role as the owner, then do their table work as the bootstrap superuser
  * with search_path pinned to pg_catalog.  A role can therefore never create,
  * change or claim another role's schedules, and in particular never change
- * the command that runs as another role.
+ * the command that runs as another role.  Owners are kept by OID (the name
+ * is kept too, for people to read, and for the worker to notice a rename):
+ * a role created with the name of a dropped owner gets none of its
+ * schedules.
  *
  *-------------------------------------------------------------------------
  */
@@ -53,6 +56,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 
 #include "cron_sql.h"
 #include "fairshare.h"
@@ -148,6 +152,8 @@ typedef enum FsQuery
 	Q_DELETE,
 	Q_DUE_APP,
 	Q_DUE_WORKER,
+	Q_DUE_LIST,
+	Q_DUE_REREAD,
 	Q_LEDGER,
 	Q_LEDGER_CHECKED,
 	Q_ADVANCE,
@@ -167,42 +173,46 @@ typedef struct FsQueryDef
 /* Columns of the due-schedule queries, in order. */
 enum
 {
-	DUE_ID = 1, DUE_OWNER, DUE_NAME, DUE_CRON, DUE_TIMEZONE, DUE_CATCHUP,
-	DUE_NEXT_RUN_AT, DUE_TENANT, DUE_QUEUE, DUE_PAYLOAD, DUE_COMMAND
+	DUE_ID = 1, DUE_OWNER_OID, DUE_OWNER, DUE_NAME, DUE_CRON, DUE_TIMEZONE, DUE_CATCHUP,
+	DUE_NEXT_RUN_AT, DUE_TENANT, DUE_QUEUE, DUE_PAYLOAD, DUE_COMMAND, DUE_STATE_XMIN
 };
 
 /*
  * Only the state row is locked: it holds everything that decides the runs,
  * so a claimer that re-checks a row updated under it sees consistent
- * timing.  Index order only (no tie-break), so LIMIT reads no more rows
- * than it returns.
+ * timing.  The schedule row is read again when the state row may have been
+ * re-checked (see fs_reread_changed()).  The application's claims go in
+ * index order only (no tie-break), so LIMIT reads no more rows than it
+ * returns; the worker's look one schedule up by its key.
  */
-#define DUE_QUERY(filter) \
-	"SELECT st.schedule_id, s.owner, s.name, st.cron, st.timezone, st.catchup, st.next_run_at," \
-	"       s.tenant, s.queue, s.payload, s.command" \
-	"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)" \
-	" WHERE st.next_run_at <= $1 AND ($2 OR s.owner = $3) AND " filter \
-	" ORDER BY st.next_run_at LIMIT $4 FOR UPDATE OF st SKIP LOCKED"
+#define DUE_COLUMNS \
+	"SELECT st.schedule_id, s.owner_oid, s.owner, s.name, st.cron, st.timezone, st.catchup," \
+	"       st.next_run_at, s.tenant, s.queue, s.payload, s.command, st.xmin" \
+	"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)"
+#define DUE_QUERY(filter, order) \
+	DUE_COLUMNS \
+	" WHERE st.next_run_at <= $1 AND ($2 OR s.owner_oid = $3) AND " filter \
+	order " LIMIT $4 FOR UPDATE OF st SKIP LOCKED"
 
 #define LEDGER_INSERT \
 	"INSERT INTO %1$s.fs_schedule_runs" \
-	"       (schedule_id, scheduled_for, owner, name, state, missed_since, claimed_at)" \
-	"SELECT u.schedule_id, u.scheduled_for, u.owner, u.name, u.state, u.missed_since, $7" \
-	"  FROM unnest($1, $2, $3, $4, $5, $6)" \
-	"       AS u(schedule_id, scheduled_for, owner, name, state, missed_since)"
+	"       (schedule_id, scheduled_for, owner_oid, owner, name, state, missed_since, claimed_at)" \
+	"SELECT u.schedule_id, u.scheduled_for, u.owner_oid, u.owner, u.name, u.state, u.missed_since, $8" \
+	"  FROM unnest($1, $2, $3, $4, $5, $6, $7)" \
+	"       AS u(schedule_id, scheduled_for, owner_oid, owner, name, state, missed_since)"
 
 static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 	[Q_FIND] = {
 		"SELECT s.schedule_id, st.cron, st.timezone, st.last_scheduled_for, st.next_run_at"
 		"  FROM %1$s.fs_schedules s JOIN %1$s.fs_schedule_state st USING (schedule_id)"
-		" WHERE s.owner = $1 AND s.name = $2 FOR UPDATE",
-		2, {NAMEOID, TEXTOID}
+		" WHERE s.owner_oid = $1 AND s.name = $2 FOR UPDATE",
+		2, {OIDOID, TEXTOID}
 	},
 	[Q_INSERT] = {
-		"INSERT INTO %1$s.fs_schedules (owner, name, payload, tenant, queue, command)"
-		" VALUES ($1, $2, $3, $4, $5, $6)"
-		" ON CONFLICT (owner, name) DO NOTHING RETURNING schedule_id",
-		6, {NAMEOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TEXTOID}
+		"INSERT INTO %1$s.fs_schedules (owner_oid, owner, name, payload, tenant, queue, command)"
+		" VALUES ($1, $7, $2, $3, $4, $5, $6)"
+		" ON CONFLICT (owner_oid, name) DO NOTHING RETURNING schedule_id",
+		7, {OIDOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TEXTOID, NAMEOID}
 	},
 	[Q_INSERT_STATE] = {
 		"INSERT INTO %1$s.fs_schedule_state"
@@ -212,9 +222,9 @@ static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 	},
 	[Q_UPDATE] = {
 		"UPDATE %1$s.fs_schedules SET payload = $2, tenant = $3, queue = $4, command = $5,"
-		"       updated_at = now()"
+		"       owner = $6, updated_at = now()"
 		" WHERE schedule_id = $1",
-		5, {INT8OID, JSONBOID, TEXTOID, TEXTOID, TEXTOID}
+		6, {INT8OID, JSONBOID, TEXTOID, TEXTOID, TEXTOID, NAMEOID}
 	},
 	[Q_UPDATE_STATE] = {
 		"UPDATE %1$s.fs_schedule_state SET cron = $2, timezone = $3, catchup = $4,"
@@ -223,28 +233,39 @@ static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 		6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TIMESTAMPTZOID}
 	},
 	[Q_DELETE] = {
-		"DELETE FROM %1$s.fs_schedules WHERE owner = $1 AND name = $2",
-		2, {NAMEOID, TEXTOID}
+		"DELETE FROM %1$s.fs_schedules WHERE owner_oid = $1 AND name = $2",
+		2, {OIDOID, TEXTOID}
 	},
 	[Q_DUE_APP] = {
-		DUE_QUERY("NOT st.has_command"),
-		4, {TIMESTAMPTZOID, BOOLOID, NAMEOID, INT4OID}
+		DUE_QUERY("NOT st.has_command", " ORDER BY st.next_run_at"),
+		4, {TIMESTAMPTZOID, BOOLOID, OIDOID, INT4OID}
 	},
 	[Q_DUE_WORKER] = {
-		DUE_QUERY("st.has_command AND ($5 = 0 OR st.schedule_id = $5)"),
-		5, {TIMESTAMPTZOID, BOOLOID, NAMEOID, INT4OID, INT8OID}
+		DUE_QUERY("st.has_command AND st.schedule_id = $5", ""),
+		5, {TIMESTAMPTZOID, BOOLOID, OIDOID, INT4OID, INT8OID}
+	},
+	[Q_DUE_REREAD] = {
+		DUE_COLUMNS " WHERE st.schedule_id = ANY ($1)",
+		1, {INT8ARRAYOID}
+	},
+	[Q_DUE_LIST] = {
+		"SELECT st.schedule_id, s.owner_oid, st.next_run_at"
+		"  FROM %1$s.fs_schedule_state st JOIN %1$s.fs_schedules s USING (schedule_id)"
+		" WHERE st.has_command AND st.next_run_at <= $1"
+		" ORDER BY st.next_run_at LIMIT $2",
+		2, {TIMESTAMPTZOID, INT4OID}
 	},
 	[Q_LEDGER] = {
 		LEDGER_INSERT,
-		7, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
-		TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
+		8, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, OIDARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
 	},
 	[Q_LEDGER_CHECKED] = {
 		LEDGER_INSERT
 		" ON CONFLICT (schedule_id, scheduled_for) DO NOTHING"
 		" RETURNING schedule_id, scheduled_for",
-		7, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
-		TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
+		8, {INT8ARRAYOID, TIMESTAMPTZARRAYOID, OIDARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZOID}
 	},
 	[Q_ADVANCE] = {
 		"UPDATE %1$s.fs_schedule_state AS st"
@@ -509,6 +530,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 	char		queue[FS_NAME_BUFLEN];
 	char	   *command = NULL;
 	char	   *catchup;
+	Oid			owner_oid = GetUserId();
 	NameData	owner;
 	TimestampTz now = fs_now();
 	FsAsSuperuser su;
@@ -541,7 +563,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 	catchup = text_to_cstring(fs_required_text(fcinfo, 7, "catchup",
 											   "Pass 'latest', 'all' or 'skip'."));
 	(void) fs_catchup_from_string(catchup);
-	namestrcpy(&owner, GetUserNameFromId(GetUserId(), false));
+	namestrcpy(&owner, GetUserNameFromId(owner_oid, false));
 
 	fs_tables_open(&su);
 
@@ -555,7 +577,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 		Datum		args[8];
 		char		nulls[8];
 
-		args[0] = NameGetDatum(&owner);
+		args[0] = ObjectIdGetDatum(owner_oid);
 		args[1] = CStringGetTextDatum(name);
 		fs_execute(Q_FIND, args, NULL, false, 1);
 		if (SPI_processed == 1)
@@ -587,6 +609,8 @@ fs_schedule(PG_FUNCTION_ARGS)
 			args[2] = fs_text_or_null(PG_ARGISNULL(4) ? NULL : tenant, &nulls[2]);
 			args[3] = CStringGetTextDatum(queue);
 			args[4] = fs_text_or_null(command, &nulls[4]);
+			/* The owner's name now: a renamed owner takes its schedule back. */
+			args[5] = NameGetDatum(&owner);
 			fs_execute(Q_UPDATE, args, nulls, false, 0);
 			fs_schedule_state_args(args, nulls, schedule_id, cron_text, zone_name, catchup,
 								   command != NULL, next, no_next);
@@ -599,6 +623,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 			args[3] = fs_text_or_null(PG_ARGISNULL(4) ? NULL : tenant, &nulls[3]);
 			args[4] = CStringGetTextDatum(queue);
 			args[5] = fs_text_or_null(command, &nulls[5]);
+			args[6] = NameGetDatum(&owner);
 			fs_execute(Q_INSERT, args, nulls, false, 0);
 			if (SPI_processed == 1)
 			{
@@ -633,17 +658,16 @@ Datum
 fs_unschedule(PG_FUNCTION_ARGS)
 {
 	char	   *name;
-	NameData	owner;
+	Oid			owner_oid = GetUserId();
 	Datum		args[2];
 	FsAsSuperuser su;
 	bool		found;
 
 	fs_check_loaded();
 	name = fs_schedule_name_arg(fcinfo, 0);
-	namestrcpy(&owner, GetUserNameFromId(GetUserId(), false));
 
 	fs_tables_open(&su);
-	args[0] = NameGetDatum(&owner);
+	args[0] = ObjectIdGetDatum(owner_oid);
 	args[1] = CStringGetTextDatum(name);
 	fs_execute(Q_DELETE, args, NULL, false, 0);
 	found = SPI_processed > 0;
@@ -818,6 +842,7 @@ typedef struct FsClaimBatch
 	int			nledger;
 	Datum	   *l_id;
 	Datum	   *l_for;
+	Datum	   *l_owner_oid;
 	Datum	   *l_owner;
 	Datum	   *l_name;
 	Datum	   *l_state;
@@ -843,6 +868,7 @@ fs_batch_init(FsClaimBatch *b, Size nschedules, Size max_ledger)
 	memset(b, 0, sizeof(*b));
 	b->l_id = palloc(sizeof(Datum) * max_ledger);
 	b->l_for = palloc(sizeof(Datum) * max_ledger);
+	b->l_owner_oid = palloc(sizeof(Datum) * max_ledger);
 	b->l_owner = palloc(sizeof(Datum) * max_ledger);
 	b->l_name = palloc(sizeof(Datum) * max_ledger);
 	b->l_state = palloc(sizeof(Datum) * max_ledger);
@@ -861,13 +887,15 @@ fs_batch_init(FsClaimBatch *b, Size nschedules, Size max_ledger)
 }
 
 static void
-fs_batch_ledger(FsClaimBatch *b, Datum id, TimestampTz t, Datum owner, Datum name,
-				const char *state, bool has_missed, TimestampTz missed_since, int source)
+fs_batch_ledger(FsClaimBatch *b, Datum id, TimestampTz t, Datum owner_oid, Datum owner,
+				Datum name, const char *state, bool has_missed, TimestampTz missed_since,
+				int source)
 {
 	int			i = b->nledger++;
 
 	b->l_id[i] = id;
 	b->l_for[i] = TimestampTzGetDatum(t);
+	b->l_owner_oid[i] = owner_oid;
 	b->l_owner[i] = owner;
 	b->l_name[i] = name;
 	b->l_state[i] = CStringGetTextDatum(state);
@@ -978,58 +1006,148 @@ fs_copy_text(HeapTuple row, TupleDesc desc, int column, MemoryContext into)
 	return result;
 }
 
-int
-fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, TimestampTz as_of,
-			  Oid claimer, bool all_owners, FsClaimedRun **runs_out)
+/*
+ * The due query locks the state rows only.  In READ COMMITTED, a state row
+ * changed by fs_schedule() after the query's snapshot is re-checked and
+ * locked in its new version, but the schedule row joined to it stays as
+ * the snapshot saw it: the claim would pair the new timing with the old
+ * command and payload.  So the rows whose state row is newer than
+ * `horizon` (the xmin of a snapshot taken before the query: every version
+ * written by a transaction that committed after the query's snapshot is
+ * that new) are read again, with a new snapshot, which sees their schedule
+ * rows as they are now: no fs_schedule() can change them while their state
+ * rows are locked.  Older rows, nearly all of them, need nothing.
+ * rows[i] becomes the row to use for due row i.
+ */
+typedef struct FsRowSlot
 {
-	MemoryContext caller = CurrentMemoryContext;
-	FsAsSuperuser su;
-	NameData	claimer_name;
-	Datum		args[7];
-	char		nulls[7];
+	int64		schedule_id;	/* hash key */
+	uint64		index;			/* its row in the due query's result */
+} FsRowSlot;
+
+static void
+fs_reread_changed(SPITupleTable *due, uint64 ndue, TransactionId horizon, HeapTuple *rows)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * Max(ndue, 1));
+	int			nids = 0;
+	uint64		i;
+	Datum		args[1];
+	HASHCTL		ctl;
+	HTAB	   *slots;
+	SPITupleTable *fresh;
+
+	ctl.keysize = sizeof(int64);
+	ctl.entrysize = sizeof(FsRowSlot);
+	ctl.hcxt = CurrentMemoryContext;
+	slots = hash_create("fairshare changed schedules", 16, &ctl,
+						HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	for (i = 0; i < ndue; i++)
+	{
+		bool		isnull;
+		TransactionId xmin = DatumGetTransactionId(SPI_getbinval(due->vals[i], due->tupdesc,
+																 DUE_STATE_XMIN, &isnull));
+
+		rows[i] = due->vals[i];
+		if (!TransactionIdPrecedes(xmin, horizon))
+		{
+			Datum		id = SPI_getbinval(due->vals[i], due->tupdesc, DUE_ID, &isnull);
+			int64		key = DatumGetInt64(id);
+			FsRowSlot  *slot = hash_search(slots, &key, HASH_ENTER, NULL);
+
+			slot->index = i;
+			ids[nids++] = id;
+		}
+	}
+	if (nids > 0)
+	{
+		args[0] = fs_array(ids, NULL, nids, INT8OID);
+		fs_execute(Q_DUE_REREAD, args, NULL, false, 0);
+		fresh = SPI_tuptable;
+		for (i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+			int64		key = DatumGetInt64(SPI_getbinval(fresh->vals[i], fresh->tupdesc,
+														  DUE_ID, &isnull));
+			FsRowSlot  *slot = hash_search(slots, &key, HASH_FIND, NULL);
+
+			if (slot != NULL)
+				rows[slot->index] = fresh->vals[i];
+		}
+	}
+	hash_destroy(slots);
+	pfree(ids);
+}
+
+/* The runs a claim hands out so far, in the caller's memory context. */
+typedef struct FsClaim
+{
+	MemoryContext caller;
+	FsClaimedRun *runs;
+	int			nruns;
+	int			capacity;
+	bool		more;			/* the limit left runs of a schedule due */
+} FsClaim;
+
+/* Room for n more runs in c->runs. */
+static void
+fs_claim_reserve(FsClaim *c, int n)
+{
+	int			need = c->nruns + n;
+
+	if (need <= c->capacity)
+		return;
+	c->capacity = Max(need, c->capacity * 2);
+	if (c->runs == NULL)
+		c->runs = MemoryContextAlloc(c->caller, sizeof(FsClaimedRun) * c->capacity);
+	else
+		c->runs = repalloc(c->runs, sizeof(FsClaimedRun) * c->capacity);
+}
+
+/*
+ * One page of a claim: lock up to `limit` due schedules, work out their
+ * runs, claim at most `want` of them, record and advance.  Appends the
+ * runs it hands out to *c, and adds to *nschedules the schedules it dealt
+ * with.  Returns false when it saw every due schedule (the query found
+ * fewer than `limit` and each was dealt with).
+ */
+static bool
+fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, int want,
+			  TimestampTz as_of, Oid claimer, bool all_owners, TimestampTz now,
+			  int *nschedules)
+{
+	Datum		args[8];
+	char		nulls[8];
 	SPITupleTable *due;
 	uint64		ndue;
 	uint64		i;
 	FsClaimBatch batch;
 	int			nclaimed = 0;
 	HTAB	   *inserted = NULL;
-	FsClaimedRun *runs;
-	int			nruns = 0;
-	TimestampTz now = GetCurrentTimestamp();
 
-	*runs_out = NULL;
-	if (max_runs <= 0)
-		return 0;
-	namestrcpy(&claimer_name, GetUserNameFromId(claimer, false));
-
-	fs_tables_open(&su);
-
-	/*
-	 * A large claim sorts and joins as many rows as it claims: let it do so
-	 * in memory (this ends with the claim, like the search_path above).
-	 */
-	if (max_runs > 10000)
-		(void) set_config_option("work_mem", "64MB", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
+	TransactionId horizon = GetLatestSnapshot()->xmin;
+	HeapTuple  *rows;
 
 	args[0] = TimestampTzGetDatum(as_of);
 	args[1] = BoolGetDatum(all_owners);
-	args[2] = NameGetDatum(&claimer_name);
-	args[3] = Int32GetDatum(max_runs);
+	args[2] = ObjectIdGetDatum(claimer);
+	args[3] = Int32GetDatum(limit);
 	args[4] = Int64GetDatum(only_schedule_id);
 	fs_execute(with_command ? Q_DUE_WORKER : Q_DUE_APP, args, NULL, false, 0);
 	due = SPI_tuptable;
 	ndue = SPI_processed;
+	rows = palloc(sizeof(HeapTuple) * Max(ndue, 1));
+	fs_reread_changed(due, ndue, horizon, rows);
 	/* Each schedule gives at most CAP runs, or one 'skipped' row. */
 	fs_batch_init(&batch, (Size) Max(ndue, 1),
-				  (Size) Min((uint64) max_runs + ndue, ndue * FS_CATCHUP_ALL_CAP + 1));
+				  (Size) Min((uint64) want + ndue, ndue * FS_CATCHUP_ALL_CAP + 1));
 
-	for (i = 0; i < ndue && nclaimed < max_runs; i++)
+	for (i = 0; i < ndue && nclaimed < want; i++)
 	{
-		HeapTuple	row = due->vals[i];
+		HeapTuple	row = rows[i];
 		TupleDesc	desc = due->tupdesc;
 		bool		isnull;
 		Datum		id = SPI_getbinval(row, desc, DUE_ID, &isnull);
+		Datum		owner_oid = SPI_getbinval(row, desc, DUE_OWNER_OID, &isnull);
 		Datum		owner_name = SPI_getbinval(row, desc, DUE_OWNER, &isnull);
 		Datum		owner = CStringGetTextDatum(NameStr(*DatumGetName(owner_name)));
 		Datum		name = SPI_getbinval(row, desc, DUE_NAME, &isnull);
@@ -1065,21 +1183,22 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 			}
 		}
 
-		/* Within max_runs: claim the first runs, leave the rest pending. */
-		if (d.nruns > max_runs - nclaimed)
+		/* Within `want`: claim the first runs, leave the rest pending. */
+		if (d.nruns > want - nclaimed)
 		{
-			d.nruns = max_runs - nclaimed;
+			c->more = true;
+			d.nruns = want - nclaimed;
 			d.has_next = true;
 			d.next = d.runs[d.nruns];
 			d.last_for = d.runs[d.nruns - 1];
 		}
 
 		for (k = 0; k < d.nruns; k++)
-			fs_batch_ledger(&batch, id, d.runs[k], owner, name, "claimed",
+			fs_batch_ledger(&batch, id, d.runs[k], owner_oid, owner, name, "claimed",
 							k == 0 && d.has_missed, d.missed_since, (int) i);
 		nclaimed += d.nruns;
 		if (d.skipped)
-			fs_batch_ledger(&batch, id, d.last_for, owner, name, "skipped",
+			fs_batch_ledger(&batch, id, d.last_for, owner_oid, owner, name, "skipped",
 							d.has_missed, d.missed_since, -1);
 
 		batch.a_id[a] = id;
@@ -1099,16 +1218,18 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 					 errhint("Call fs_schedule() again for schedule \"%s\" of role \"%s\" with a valid expression and time zone.",
 							 TextDatumGetCString(name), NameStr(*DatumGetName(owner_name)))));
 	}
+	*nschedules += batch.nadvance;
 
 	if (batch.nledger > 0)
 	{
 		args[0] = fs_array(batch.l_id, NULL, batch.nledger, INT8OID);
 		args[1] = fs_array(batch.l_for, NULL, batch.nledger, TIMESTAMPTZOID);
-		args[2] = fs_array(batch.l_owner, NULL, batch.nledger, TEXTOID);
-		args[3] = fs_array(batch.l_name, NULL, batch.nledger, TEXTOID);
-		args[4] = fs_array(batch.l_state, NULL, batch.nledger, TEXTOID);
-		args[5] = fs_array(batch.l_missed, batch.l_missed_null, batch.nledger, TIMESTAMPTZOID);
-		args[6] = TimestampTzGetDatum(now);
+		args[2] = fs_array(batch.l_owner_oid, NULL, batch.nledger, OIDOID);
+		args[3] = fs_array(batch.l_owner, NULL, batch.nledger, TEXTOID);
+		args[4] = fs_array(batch.l_name, NULL, batch.nledger, TEXTOID);
+		args[5] = fs_array(batch.l_state, NULL, batch.nledger, TEXTOID);
+		args[6] = fs_array(batch.l_missed, batch.l_missed_null, batch.nledger, TIMESTAMPTZOID);
+		args[7] = TimestampTzGetDatum(now);
 		inserted = fs_insert_ledger(args, batch.nledger);
 	}
 
@@ -1125,7 +1246,7 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 	}
 
 	/* Hand out the claimed runs, copied out of SPI's memory. */
-	runs = MemoryContextAlloc(caller, sizeof(FsClaimedRun) * Max(nclaimed, 1));
+	fs_claim_reserve(c, nclaimed);
 	for (i = 0; i < (uint64) batch.nledger; i++)
 	{
 		int			source = batch.l_source[i];
@@ -1148,26 +1269,131 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 			if (hash_search(inserted, &key, HASH_FIND, NULL) == NULL)
 				continue;
 		}
-		row = due->vals[source];
-		run = &runs[nruns++];
+		row = rows[source];
+		run = &c->runs[c->nruns++];
 		run->schedule_id = DatumGetInt64(batch.l_id[i]);
 		run->scheduled_for = DatumGetTimestampTz(batch.l_for[i]);
-		old = MemoryContextSwitchTo(caller);
+		run->owner_oid = DatumGetObjectId(batch.l_owner_oid[i]);
+		old = MemoryContextSwitchTo(c->caller);
 		run->owner = TextDatumGetCString(batch.l_owner[i]);
 		MemoryContextSwitchTo(old);
-		run->name = fs_copy_text(row, desc, DUE_NAME, caller);
-		run->tenant = fs_copy_text(row, desc, DUE_TENANT, caller);
-		run->queue = fs_copy_text(row, desc, DUE_QUEUE, caller);
-		run->command = fs_copy_text(row, desc, DUE_COMMAND, caller);
+		run->name = fs_copy_text(row, desc, DUE_NAME, c->caller);
+		run->tenant = fs_copy_text(row, desc, DUE_TENANT, c->caller);
+		run->queue = fs_copy_text(row, desc, DUE_QUEUE, c->caller);
+		run->command = fs_copy_text(row, desc, DUE_COMMAND, c->caller);
 		payload = SPI_getbinval(row, desc, DUE_PAYLOAD, &isnull);
-		old = MemoryContextSwitchTo(caller);
+		old = MemoryContextSwitchTo(c->caller);
 		run->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
 		MemoryContextSwitchTo(old);
 	}
+	SPI_freetuptable(due);
+	return ndue == (uint64) limit || ndue > (uint64) batch.nadvance;
+}
+
+/*
+ * A page of a claim locks at most this many schedules more than it still
+ * wants runs, when earlier pages found schedules that gave no run.
+ */
+#define FS_CLAIM_MAX_PAGE			10000
+
+int
+fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, TimestampTz as_of,
+			  Oid claimer, bool all_owners, FsClaimedRun **runs_out, FsClaimInfo *info)
+{
+	FsClaim		c;
+	FsAsSuperuser su;
+	MemoryContext page_context;
+	TimestampTz now = GetCurrentTimestamp();
+	int			limit = max_runs;
+	int			dealt_with = 0;
+
+	*runs_out = NULL;
+	if (info)
+		memset(info, 0, sizeof(*info));
+	/* The worker's runs are claimed schedule by schedule, in its order. */
+	if (with_command && only_schedule_id == 0)
+		elog(ERROR, "runs of schedules with a command are claimed one schedule at a time");
+	if (max_runs <= 0)
+		return 0;
+	memset(&c, 0, sizeof(c));
+	c.caller = CurrentMemoryContext;
+
+	fs_tables_open(&su);
+
+	/*
+	 * A large claim sorts and joins as many rows as it claims: let it do so
+	 * in memory (this ends with the claim, like the search_path above).
+	 */
+	if (max_runs > 10000)
+		(void) set_config_option("work_mem", "64MB", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+
+	/*
+	 * A due schedule may give no run: catch-up 'skip' dropped a late one,
+	 * its zone's rules moved the pending run after as_of, or it stopped.
+	 * Such schedules must not make the claim return fewer runs than are
+	 * due: while a page found as many schedules as it asked for and runs
+	 * are still wanted, ask for more.  Every schedule a page deals with is
+	 * advanced past as_of (or has its runs claimed up to what was wanted),
+	 * so each page makes progress.  Pages grow, so that many schedules
+	 * without a run cost few queries.
+	 */
+	page_context = AllocSetContextCreate(CurrentMemoryContext, "fairshare claim page",
+										 ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		MemoryContext old = MemoryContextSwitchTo(page_context);
+		int			want = max_runs - c.nruns;
+		bool		more;
+
+		more = fs_claim_page(&c, with_command, only_schedule_id, limit, want, as_of,
+							 claimer, all_owners, now, &dealt_with);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(page_context);
+		if (only_schedule_id != 0 || c.nruns >= max_runs || !more)
+			break;
+		want = max_runs - c.nruns;
+		limit = Max(want, Min(limit, FS_CLAIM_MAX_PAGE / 2) * 2);
+	}
+	MemoryContextDelete(page_context);
 
 	fs_tables_close(&su);
-	*runs_out = runs;
-	return nruns;
+	if (info)
+	{
+		info->nschedules = dealt_with;
+		info->more = c.more;
+	}
+	*runs_out = c.runs;
+	return c.nruns;
+}
+
+int
+fs_due_worker_schedules(TimestampTz as_of, int limit, FsDueSchedule **due_out)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	FsAsSuperuser su;
+	Datum		args[2];
+	FsDueSchedule *due;
+	uint64		i;
+
+	fs_tables_open(&su);
+	args[0] = TimestampTzGetDatum(as_of);
+	args[1] = Int32GetDatum(limit);
+	fs_execute(Q_DUE_LIST, args, NULL, true, 0);
+	due = MemoryContextAlloc(caller, sizeof(FsDueSchedule) * Max(SPI_processed, 1));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		due[i].schedule_id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+		due[i].owner_oid = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
+		due[i].next_run_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull));
+	}
+	fs_tables_close(&su);
+	*due_out = due;
+	return (int) i;
 }
 
 /*
@@ -1215,7 +1441,7 @@ fs_claim_due_schedules(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	nruns = fs_claim_runs(false, 0, max_runs, as_of, claimer, fs_sees_all_schedules(claimer),
-						  &runs);
+						  &runs, NULL);
 	for (i = 0; i < nruns; i++)
 	{
 		Datum		values[6];

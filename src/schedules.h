@@ -27,7 +27,8 @@ typedef struct FsClaimedRun
 {
 	int64		schedule_id;
 	TimestampTz scheduled_for;
-	char	   *owner;
+	Oid			owner_oid;		/* the owner role */
+	char	   *owner;			/* its name when it last called fs_schedule() */
 	char	   *name;
 	char	   *tenant;			/* NULL: no tenant */
 	char	   *queue;
@@ -35,21 +36,47 @@ typedef struct FsClaimedRun
 	char	   *command;		/* NULL: the application runs it */
 } FsClaimedRun;
 
+/* What a claim did besides handing out runs. */
+typedef struct FsClaimInfo
+{
+	int			nschedules;		/* due schedules dealt with, with a run or
+								 * without one (catch-up dropped it, or the
+								 * schedule stopped) */
+	bool		more;			/* max_runs left runs due */
+} FsClaimInfo;
+
+/* A due schedule with a command, as fs_due_worker_schedules() lists it. */
+typedef struct FsDueSchedule
+{
+	int64		schedule_id;
+	Oid			owner_oid;
+	TimestampTz next_run_at;
+} FsDueSchedule;
+
 /* GUCs */
 extern int	fs_catchup_tolerance_secs;
 
 extern void fs_schedules_init(void);
 
 /*
- * Claim up to max_runs due runs as of `as_of`: of schedules with a command
- * (the worker's; only_schedule_id, if not 0, restricts to one) or without
- * one (the application's), of every owner or of `claimer` only.  Records
- * each run in the ledger and advances the schedules, in the caller's
- * transaction.  Returns the number of runs.
+ * Claim up to max_runs due runs as of `as_of`: of the schedule
+ * only_schedule_id, which has a command (the worker's way), or of
+ * schedules without a command (the application's; only_schedule_id 0: of
+ * any), of every owner or of `claimer` only.  Records each run in the
+ * ledger and advances the schedules, in the caller's transaction.  Returns
+ * the number of runs; fewer than max_runs only when no more are due.  Fills
+ * *info if not NULL.
  */
 extern int	fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs,
 						  TimestampTz as_of, Oid claimer, bool all_owners,
-						  FsClaimedRun **runs);
+						  FsClaimedRun **runs, FsClaimInfo *info);
+
+/*
+ * Due schedules with a command, up to `limit`, oldest first, without
+ * locking them: what the worker will claim, schedule by schedule.  The
+ * array is in the caller's memory context; returns its length.
+ */
+extern int	fs_due_worker_schedules(TimestampTz as_of, int limit, FsDueSchedule **due);
 
 /* Record how a worker run ended (error NULL: it succeeded). */
 extern void fs_finish_run(const FsClaimedRun *run, const char *error);

@@ -30,10 +30,12 @@ $node->start;
 
 # Set the clock to minute $m after $t0 and wait until the scheduler is done
 # with that minute.
+my $minute = 0;
 sub advance_to_minute
 {
 	my ($m) = @_;
 	my $at = $t0 + 60 * $m;
+	$minute = $m;
 	$node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = $at; SELECT pg_reload_conf();");
 	$node->poll_query_until('app',
 		"SELECT last_pass_at = to_timestamp($at) AND state = 'idle' FROM fs_scheduler")
@@ -64,8 +66,8 @@ is( $node->safe_psql('app',
 # --- Owners, commands and run data --------------------------------------------
 
 $node->safe_psql('app', q{
-	CREATE ROLE alice;
-	CREATE ROLE bob;
+	CREATE ROLE alice LOGIN;
+	CREATE ROLE bob LOGIN;
 	CREATE TABLE alice_runs (who name, schedule text, scheduled_for timestamptz,
 	                         payload jsonb, tenant text, queue text, via_guc text);
 	ALTER TABLE alice_runs OWNER TO alice;
@@ -165,6 +167,11 @@ $node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = " . ($t0 + 180
 $node->poll_query_until('app',
 	q{SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted})
   or die "the command did not start";
+is( $node->safe_psql('app',
+		q{SELECT query FROM pg_stat_activity WHERE backend_type = 'fairshare scheduler'}),
+	'fairshare: schedule '
+	  . $node->safe_psql('app', q{SELECT schedule_id FROM fs_schedules WHERE name = 'a_blocked'}),
+	'pg_stat_activity shows the schedule being run, not its command');
 $node->stop('immediate');
 $holder->{run}->finish;
 $node->start;
@@ -192,6 +199,184 @@ like(
 	qr/^failed canceling statement due to statement timeout/,
 	'a command running past fairshare.command_timeout is cancelled and recorded');
 
+# A command that catches its cancellation cannot run on: a deadline it
+# cannot catch ends the scheduler, whose successor records the run as
+# failed without running it again, and carries on with the pass.
+my $stubborn_loop = q{DO $do$ BEGIN LOOP BEGIN PERFORM pg_sleep(1); EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $do$};
+$node->safe_psql('app', qq{
+	CREATE SEQUENCE stubborn_starts;
+	GRANT USAGE ON SEQUENCE stubborn_starts TO alice;
+	SET ROLE alice;
+	SELECT fs_schedule('a_stubborn', '5 * * * *',
+	                   command => \$c\$SELECT nextval('stubborn_starts'); $stubborn_loop\$c\$);
+	SELECT fs_schedule('a_catches_once', '5 * * * *',
+	                   command => \$c\$DO \$do\$ BEGIN PERFORM pg_sleep(1); EXCEPTION WHEN query_canceled THEN NULL; END \$do\$\$c\$);
+	SELECT fs_schedule('a_after_stubborn', '5 * * * *',
+	                   command => \$\$INSERT INTO alice_runs (who, schedule) VALUES (current_user, 'a_after_stubborn')\$\$);
+});
+my $stubborn_pid = $node->safe_psql('app', 'SELECT scheduler_pid FROM fs_scheduler');
+advance_to_minute(5);
+isnt($node->safe_psql('app', 'SELECT scheduler_pid FROM fs_scheduler'),
+	$stubborn_pid, 'a command ignoring its cancellation ends the scheduler');
+ok($node->log_contains(qr/fairshare scheduler exited to end the command of schedule \d+, which ran past fairshare.command_timeout and ignored its cancellation/),
+	'which says why in the log');
+is( $node->safe_psql('app',
+		q{SELECT name || ': ' || state || coalesce(' ' || error, '') FROM fs_recent_runs
+		   WHERE name IN ('a_stubborn', 'a_catches_once', 'a_after_stubborn') ORDER BY name}),
+	join("\n",
+		'a_after_stubborn: succeeded',
+		'a_catches_once: failed the command ran past fairshare.command_timeout (200 ms) and ignored its cancellation (SQLSTATE 57014)',
+		'a_stubborn: failed the command ran past fairshare.command_timeout and ignored its cancellation: the scheduler exited to end it'),
+	'the next scheduler records the run as failed and carries on; a command that caught its cancellation and ended fails too');
+is($node->safe_psql('app', 'SELECT last_value FROM stubborn_starts'),
+	'1', 'the command that ended the scheduler did not run again');
+
+$node->safe_psql('app', q{ALTER SYSTEM RESET fairshare.command_timeout; SELECT pg_reload_conf();});
+
+# --- A command's rows are not kept ----------------------------------------------
+
+# The scheduler's peak resident size (kB), from /proc.
+sub scheduler_peak_kb
+{
+	my $pid = $node->safe_psql('app',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'fairshare scheduler'});
+	my ($kb) = slurp_file("/proc/$pid/status") =~ /^VmHWM:\s+(\d+) kB/m
+	  or die "no VmHWM in /proc/$pid/status";
+	return ($pid, $kb);
+}
+
+# About 200 MB of rows: kept until the command ends, they would raise the
+# scheduler's peak memory by as much.
+$node->safe_psql('app', q{
+	SET ROLE alice;
+	SELECT fs_schedule('a_wide', '6 * * * *',
+	                   command => $$SELECT repeat('x', 1000) FROM generate_series(1, 200000)$$);
+});
+my ($wide_pid, $peak_before) = scheduler_peak_kb();
+advance_to_minute(6);
+my ($wide_pid_after, $peak_after) = scheduler_peak_kb();
+is($node->safe_psql('app', q{SELECT state FROM fs_recent_runs WHERE name = 'a_wide'}),
+	'succeeded', 'a command returning many wide rows runs');
+is($wide_pid_after, $wide_pid, 'in the same scheduler');
+cmp_ok($peak_after - $peak_before, '<', 50 * 1024,
+	"and its rows do not stay in the scheduler's memory");
+
+# --- Schedules that give no run do not end a pass ------------------------------
+
+# At minute 9, a_skip_late's run of minute 7 is too late for catchup 'skip'
+# and is dropped; a_after_skip, due after it, still runs in the same pass.
+$node->safe_psql('app', q{
+	SET ROLE alice;
+	SELECT fs_schedule('a_skip_late', '7 * * * *', catchup => 'skip',
+	                   command => $$INSERT INTO alice_runs (who, schedule) VALUES (current_user, 'a_skip_late')$$);
+	SELECT fs_schedule('a_after_skip', '9 * * * *',
+	                   command => $$INSERT INTO alice_runs (who, schedule) VALUES (current_user, 'a_after_skip')$$);
+});
+advance_to_minute(9);
+is( $node->safe_psql('app',
+		q{SELECT name || ' ' || state FROM fs_recent_runs WHERE name IN ('a_skip_late', 'a_after_skip') ORDER BY name}),
+	"a_after_skip succeeded\na_skip_late skipped",
+	'a schedule whose late run is skipped does not keep the ones after it from running in the same pass');
+
+# --- Owners are roles that may still log in --------------------------------------
+
+# Each of these roles schedules a command, then is dropped and replaced by a
+# role of the same name, renamed, made NOLOGIN, or refused CONNECT.  None
+# of those commands runs; the role that is left alone runs its own.
+$node->safe_psql('app', q{
+	CREATE TABLE owner_runs (who name, schedule text);
+	GRANT INSERT ON owner_runs TO PUBLIC;
+	CREATE ROLE o_kept LOGIN;
+	CREATE ROLE o_dropped LOGIN;
+	CREATE ROLE o_renamed LOGIN;
+	CREATE ROLE o_nologin LOGIN;
+	CREATE ROLE o_noconnect LOGIN;
+});
+foreach my $role (qw(o_kept o_dropped o_renamed o_nologin o_noconnect))
+{
+	$node->safe_psql('app', qq{
+		SET ROLE $role;
+		SELECT fs_schedule('$role', '11 * * * *',
+		                   command => \$\$INSERT INTO owner_runs VALUES (current_user, '$role')\$\$);
+	});
+}
+$node->safe_psql('app', q{
+	DROP ROLE o_dropped;
+	CREATE ROLE o_dropped LOGIN;
+	ALTER ROLE o_renamed RENAME TO o_renamed_2;
+	ALTER ROLE o_nologin NOLOGIN;
+	REVOKE CONNECT ON DATABASE app FROM PUBLIC;
+	GRANT CONNECT ON DATABASE app TO alice, bob, o_kept, o_dropped, o_renamed_2, o_nologin;
+});
+is( $node->safe_psql('app', q{
+		SET ROLE o_dropped;
+		SELECT count(*) FROM fs_schedule_status;
+		SELECT fs_unschedule('o_dropped');}),
+	"0\nf", 'a role created with the name of a dropped owner does not get its schedules');
+is($node->safe_psql('app', q{SET ROLE o_renamed_2; SELECT name, owner FROM fs_schedule_status}),
+	'o_renamed|o_renamed', 'a renamed owner still sees its schedule');
+advance_to_minute(11);
+is($node->safe_psql('app', 'SELECT who, schedule FROM owner_runs'),
+	'o_kept|o_kept', "only the command of the owner left alone ran");
+is( $node->safe_psql('app',
+		q{SELECT name || ': ' || state || ' ' || error FROM fs_recent_runs
+		   WHERE name LIKE 'o\_%' AND state = 'failed' ORDER BY name}),
+	join("\n",
+		q{o_dropped: failed role "o_dropped" (OID } . $node->safe_psql('app',
+			q{SELECT owner_oid FROM fs_schedules WHERE name = 'o_dropped'}) . q{) no longer exists: its schedules do not run},
+		q{o_noconnect: failed role "o_noconnect" may not connect to database "app": its schedules do not run},
+		q{o_nologin: failed role "o_nologin" may not log in: its schedules do not run},
+		q{o_renamed: failed role "o_renamed" was renamed to "o_renamed_2": its schedules do not run until it calls fs_schedule() for them again}),
+	'the others are recorded as failed, saying why');
+$node->safe_psql('app', q{
+	SET ROLE o_renamed_2;
+	SELECT fs_schedule('o_renamed', '12 * * * *',
+	                   command => $$INSERT INTO owner_runs VALUES (current_user, 'o_renamed')$$);
+	RESET ROLE;
+	GRANT CONNECT ON DATABASE app TO PUBLIC;
+});
+advance_to_minute(12);
+is($node->safe_psql('app', q{SELECT who FROM owner_runs WHERE schedule = 'o_renamed'}),
+	'o_renamed_2', 'a renamed owner takes its schedule back by calling fs_schedule() again');
+
+# --- Owners are served fairly ----------------------------------------------------
+
+# At minute 14, alice has three slow commands due since minute 13, and bob
+# one quick command due at 14.  Oldest first, bob's would wait for all of
+# alice's; served by least time used, it waits for one at most.
+$node->safe_psql('app', q{
+	SET ROLE alice;
+	SELECT fs_schedule('a_slow_' || i, '13 * * * *', command => 'SELECT pg_sleep(0.5)')
+	  FROM generate_series(1, 3) i;
+	SET ROLE bob;
+	SELECT fs_schedule('b_quick', '14 * * * *',
+	                   command => $$INSERT INTO bob_runs (note) VALUES ('b_quick')$$);
+});
+advance_to_minute(14);
+is( $node->safe_psql('app', q{
+		SELECT count(*) <= 1 FROM fs_schedule_runs a, fs_schedule_runs b
+		 WHERE a.name LIKE 'a\_slow\_%' AND b.name = 'b_quick' AND a.claimed_at < b.claimed_at}),
+	't', "one owner's slow commands delay another owner's run by one command at most");
+is( $node->safe_psql('app',
+		q{SELECT count(*) FROM fs_schedule_runs WHERE name LIKE 'a\_slow\_%' AND state = 'succeeded'}),
+	'3', 'and they all run in the same pass');
+
+# --- Old runs are pruned ----------------------------------------------------------
+
+# Runs older than fairshare.run_retention go, several batches in one pass.
+$node->safe_psql('app', q{
+	INSERT INTO fs_schedule_runs (schedule_id, scheduled_for, owner_oid, owner, name, state, claimed_at)
+	SELECT -1, timestamptz '2000-01-01 00:00+00' + g * interval '1 minute', 10, 'postgres', 'ancient',
+	       'succeeded', timestamptz '2000-01-01 00:00+00'
+	  FROM generate_series(1, 25000) g;
+});
+my $pruned_before = $node->safe_psql('app', 'SELECT runs_pruned FROM fs_scheduler');
+advance_to_minute(15);
+is( $node->safe_psql('app', qq{
+		SELECT (SELECT count(*) FROM fs_schedule_runs WHERE name = 'ancient'),
+		       runs_pruned - $pruned_before FROM fs_scheduler}),
+	'0|25000', 'a pass deletes every run past fairshare.run_retention, in batches');
+
 # --- The worker's housekeeping --------------------------------------------------
 
 is( $node->safe_psql('app',
@@ -200,7 +385,7 @@ is( $node->safe_psql('app',
 	't|t|t|t', 'fs_scheduler counts runs; the launcher sweeps leases and saves the state file');
 my $lease = $node->safe_psql('app',
 	q{SELECT fs_acquire_slot('sweep_me', 'sweep_q', '1 second')});
-$node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = " . ($t0 + 300) . "; SELECT pg_reload_conf();");
+$node->safe_psql('app', "ALTER SYSTEM SET fairshare.debug_clock = " . ($t0 + 60 * ($minute + 1)) . "; SELECT pg_reload_conf();");
 $node->poll_query_until('app', q{SELECT count(*) = 0 FROM fs_leases WHERE queue = 'sweep_q'})
   or die "expired lease not swept";
 pass('the launcher frees expired leases without any decision needing the slot');
