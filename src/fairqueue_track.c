@@ -254,7 +254,9 @@ fs_claim_map_count(uint32 queue_id)
 
 typedef struct FsLiveLeases
 {
-	HTAB	   *ids;
+	int64	   *ids;
+	int			count;
+	int			capacity;
 } FsLiveLeases;
 
 static void
@@ -262,7 +264,17 @@ fs_collect_live_lease(const FsLeaseInfo *lease, void *arg)
 {
 	FsLiveLeases *live = (FsLiveLeases *) arg;
 
-	(void) hash_search(live->ids, &lease->lease_id, HASH_ENTER_NULL, NULL);
+	if (live->count < live->capacity)
+		live->ids[live->count++] = lease->lease_id;
+}
+
+static int
+fs_int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
 }
 
 /*
@@ -272,31 +284,39 @@ fs_collect_live_lease(const FsLeaseInfo *lease, void *arg)
 int
 fs_claim_map_sweep(void)
 {
-	HASHCTL		info;
 	FsLiveLeases live;
 	HASH_SEQ_STATUS seq;
 	FsClaimEntry *entry;
 	int			removed = 0;
+	int64		first_new;
 
-	/* Preallocated: the visitor runs under the lease locks. */
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(int64);
-	info.entrysize = sizeof(int64);
-	info.hcxt = CurrentMemoryContext;
-	live.ids = hash_create("fairshare live leases", fs_max_leases, &info,
-						   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT | HASH_FIXED_SIZE);
+	/*
+	 * Allocated before the visitor runs under the lease locks: the lease
+	 * table never holds more than fairshare.max_leases.
+	 */
+	live.capacity = fs_max_leases;
+	live.count = 0;
+
+	/*
+	 * A claim may take its lease after the leases are listed and map it
+	 * before the map is locked: leases numbered from here on are kept.
+	 */
+	first_new = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
+	live.ids = palloc_extended(sizeof(int64) * Max(live.capacity, 1), MCXT_ALLOC_HUGE);
 	fs_lease_foreach(fs_collect_live_lease, &live);
+	qsort(live.ids, live.count, sizeof(int64), fs_int64_cmp);
 
 	fs_claim_map_lock_all(LW_EXCLUSIVE);
 	hash_seq_init(&seq, fs_claim_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
-		if (hash_search(live.ids, &entry->lease_id, HASH_FIND, NULL) == NULL)
+		if (entry->lease_id < first_new &&
+			bsearch(&entry->lease_id, live.ids, live.count, sizeof(int64), fs_int64_cmp) == NULL)
 		{
 			hash_search(fs_claim_hash, &entry->key, HASH_REMOVE, NULL);
 			removed++;
 		}
 	fs_claim_map_unlock_all();
-	hash_destroy(live.ids);
+	pfree(live.ids);
 	return removed;
 }
 

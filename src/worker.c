@@ -13,10 +13,11 @@
  *	   of fairshare.database without a restart.
  *
  *	 - the scheduler ("fairshare scheduler"), a dynamic worker connected to
- *	   fairshare.database.  At each minute boundary it claims the due runs
- *	   of schedules that have a command, one run per transaction, and runs
- *	   each command as the schedule's owner (fs_run_command()).  It waits
- *	   while the extension is not installed there, and exits when
+ *	   fairshare.database.  At each minute boundary it lists the schedules
+ *	   with a command that are due, claims their runs one per transaction,
+ *	   owner by owner, least time used first (FsOwnerQueue), and runs each
+ *	   command as the schedule's owner (fs_run_command()).  It waits while
+ *	   the extension is not installed there, and exits when
  *	   fairshare.database changes (the launcher starts the next one).
  *
  * The time is fs_now(): fairshare.debug_clock moves it in tests, and a
@@ -47,6 +48,7 @@
 #include "commands/sequence.h"
 #include "executor/spi.h"
 #include "funcapi.h"
+#include "lib/binaryheap.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -56,6 +58,7 @@
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "tcop/dest.h"
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -63,10 +66,12 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timeout.h"
 #include "utils/wait_event.h"
 
 #include "fairshare.h"
+#include "fairqueue.h"
 #include "schedules.h"
 #include "slots.h"
 #include "statefile.h"
@@ -82,15 +87,29 @@ PGDLLEXPORT void fs_scheduler_main(Datum main_arg);
 #define FS_SCHEDULER_RESTART_SECS	5
 /* How often it looks for fairshare.database and for a lost scheduler. */
 #define FS_LAUNCHER_POLL_SECS		5
-/* Ledger rows deleted per pass at most, so a pass stays short. */
+/*
+ * Old ledger rows are deleted in batches of this many, each in its own
+ * transaction (short locks, WAL and memory), until a batch finds fewer or
+ * the pass has pruned for FS_PRUNE_MAX_SECS: the rest waits for the next.
+ */
 #define FS_PRUNE_BATCH				10000
+#define FS_PRUNE_MAX_SECS			5
+
+/*
+ * How long a command may go on after fairshare.command_timeout cancelled
+ * it before the scheduler exits to end it.  Unwinding from a cancellation
+ * takes milliseconds; a command still running this long after has caught
+ * it.
+ */
+#define FS_COMMAND_GRACE_SECS		5
 
 bool		fs_worker_enabled = true;
 char	   *fs_worker_database = NULL;
 int			fs_sweep_interval_ms = 1000;
 int			fs_state_save_interval_secs = 30;
-int			fs_command_timeout_ms = 5 * 60 * 1000;
+int			fs_command_timeout_ms = 60 * 1000;
 int			fs_run_retention_secs = 7 * 24 * 3600;
+int			fs_resync_interval_secs = 300;
 
 /* The run being executed, for fs_current_run(); empty outside a run. */
 static char *run_schedule_id = NULL;
@@ -132,9 +151,37 @@ typedef struct FsWorkerShared
 	uint64		runs_succeeded;
 	uint64		runs_failed;
 	uint64		runs_pruned;
+
+	/*
+	 * The run whose command was executing when a scheduler exited: past
+	 * its deadline (FS_COMMAND_GRACE_SECS after fairshare.command_timeout),
+	 * terminated, or failing to record a run.  Its transaction rolled back,
+	 * so the run is due again; the next scheduler in that database records
+	 * it as failed instead of running the command once more, which could
+	 * end the same way every time.  Shared memory does not survive a
+	 * crash, and neither does this: after a crash the run runs again.
+	 */
+	Oid			lost_database;	/* InvalidOid: no lost run */
+	int64		lost_schedule_id;
+	TimestampTz lost_scheduled_for;
+	TimestampTz lost_as_of;		/* the claim's as_of, to claim it again */
+	bool		lost_timed_out; /* it ran past its deadline */
 } FsWorkerShared;
 
 static FsWorkerShared *fs_worker_shared = NULL;
+
+/* The scheduler's run whose command is executing (valid), for its exit. */
+static struct
+{
+	bool		valid;
+	int64		schedule_id;
+	TimestampTz scheduled_for;
+	TimestampTz as_of;
+} active_run;
+
+/* The scheduler's timeout that ends a command which ignores its cancellation. */
+static TimeoutId command_deadline = MAX_TIMEOUTS;
+static volatile sig_atomic_t command_deadline_passed = false;
 
 /* ----------------------------------------------------------------
  * Set-up
@@ -216,10 +263,11 @@ fs_worker_init(void)
 
 	DefineCustomIntVariable("fairshare.command_timeout",
 							"Longest time a schedule's command may run.",
-							"A command that runs longer is cancelled and its run recorded as failed.  "
+							"A command that runs longer is cancelled and its run recorded as failed; "
+							"if it still runs 5 seconds later, the scheduler exits to end it.  "
 							"0 means no limit.",
 							&fs_command_timeout_ms,
-							5 * 60 * 1000, 0, INT_MAX,
+							60 * 1000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
@@ -228,6 +276,16 @@ fs_worker_init(void)
 							"The scheduler deletes older runs.  0 keeps them forever.",
 							&fs_run_retention_secs,
 							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("fairshare.resync_interval",
+							"How often the scheduler recounts the ready rows of registered queues.",
+							"The recount heals drift in the per-tenant backlog (rows changed while "
+							"triggers were disabled, state restored after a crash).  It runs when the "
+							"scheduler starts and then at this interval.  0 recounts only at start.",
+							&fs_resync_interval_secs,
+							300, 0, 24 * 3600,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 
@@ -520,6 +578,68 @@ fs_reset_session(void)
 }
 
 /*
+ * The command's uncatchable deadline has passed.  Do what die() does, so
+ * that the next CHECK_FOR_INTERRUPTS() ends the process with FATAL: unlike
+ * a cancellation (an ERROR), no exception handler of the command can catch
+ * that.  The run's transaction rolls back with the process, and the exit
+ * callback leaves word of the run for the next scheduler.  Runs in a
+ * signal handler: flags and the latch only.
+ */
+static void
+fs_command_deadline_handler(void)
+{
+	command_deadline_passed = true;
+	if (!proc_exit_inprogress)
+	{
+		InterruptPending = true;
+		ProcDiePending = true;
+	}
+	SetLatch(MyLatch);
+}
+
+static void
+fs_disable_command_timeouts(void)
+{
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	if (command_deadline != MAX_TIMEOUTS)
+		disable_timeout(command_deadline, false);
+}
+
+/*
+ * Why the command of `run` must not run as its owner now, or NULL.  The
+ * owner is a role, kept by OID: a role dropped since is not replaced by one
+ * created with its name, and a renamed one may have been renamed so as to
+ * be mistaken for another (it takes its schedules back by calling
+ * fs_schedule() for them again).  Nor does it run for a role that could
+ * not start a session here itself: one that may not log in, or may not
+ * connect to this database.  These are checked at each run, so that
+ * locking a role out stops its commands too.
+ */
+static char *
+fs_owner_refusal(const FsClaimedRun *run)
+{
+	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(run->owner_oid));
+	Form_pg_authid role;
+	char	   *refusal = NULL;
+
+	if (!HeapTupleIsValid(tuple))
+		return psprintf("role \"%s\" (OID %u) no longer exists: its schedules do not run",
+						run->owner, run->owner_oid);
+	role = (Form_pg_authid) GETSTRUCT(tuple);
+	if (strcmp(NameStr(role->rolname), run->owner) != 0)
+		refusal = psprintf("role \"%s\" was renamed to \"%s\": its schedules do not run until it calls fs_schedule() for them again",
+						   run->owner, NameStr(role->rolname));
+	else if (!role->rolcanlogin)
+		refusal = psprintf("role \"%s\" may not log in: its schedules do not run",
+						   run->owner);
+	else if (pg_database_aclcheck(MyDatabaseId, run->owner_oid, ACL_CONNECT) != ACLCHECK_OK)
+		refusal = psprintf("role \"%s\" may not connect to database \"%s\": its schedules do not run",
+						   run->owner, get_database_name(MyDatabaseId));
+	ReleaseSysCache(tuple);
+	return refusal;
+}
+
+/*
  * Run the command of `run` as its owner in a subtransaction.  Returns NULL
  * when it succeeded, or its error message (the subtransaction is rolled
  * back: a failing command undoes only its own work).
@@ -537,17 +657,16 @@ fs_run_command(const FsClaimedRun *run)
 {
 	MemoryContext context = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	Oid			owner_oid = get_role_oid(run->owner, true);
-	char	   *error = NULL;
-
-	if (!OidIsValid(owner_oid))
-		return psprintf("role \"%s\" does not exist any more", run->owner);
+	Oid			owner_oid = run->owner_oid;
+	char	   *volatile error = NULL;
 
 	BeginInternalSubTransaction("fairshare run");
 	MemoryContextSwitchTo(context);
 	PG_TRY();
 	{
 		int			nestlevel = NewGUCNestLevel();
+		SPIExecuteOptions options;
+		TimestampTz started;
 		Oid			save_userid;
 		int			save_sec_context;
 		char	   *payload = JsonbToCString(NULL, &DatumGetJsonbP(run->payload)->root,
@@ -567,14 +686,43 @@ fs_run_command(const FsClaimedRun *run)
 							   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 		fs_apply_owner_settings(owner_oid);
 
+		/*
+		 * At fairshare.command_timeout the command is cancelled: an error
+		 * it may catch (PL/pgSQL's EXCEPTION WHEN query_canceled).  The
+		 * deadline FS_COMMAND_GRACE_SECS later cannot be caught: it makes
+		 * the scheduler exit (see fs_command_deadline_handler()).
+		 */
+		started = GetCurrentTimestamp();
 		if (fs_command_timeout_ms > 0)
+		{
 			enable_timeout_after(STATEMENT_TIMEOUT, fs_command_timeout_ms);
+			enable_timeout_at(command_deadline,
+							  started + ((TimestampTz) fs_command_timeout_ms +
+										 FS_COMMAND_GRACE_SECS * 1000) * 1000);
+		}
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		if (SPI_execute(run->command, false, 0) < 0)
+
+		/*
+		 * Nobody reads a command's rows: they are discarded as they come.
+		 * Kept (SPI's default), a command returning millions of rows would
+		 * hold them all in the scheduler's memory until it ended.
+		 */
+		memset(&options, 0, sizeof(options));
+		options.dest = None_Receiver;
+		if (SPI_execute_extended(run->command, &options) < 0)
 			elog(ERROR, "the command of schedule \"%s\" could not be run", run->name);
 		SPI_finish();
-		disable_timeout(STATEMENT_TIMEOUT, false);
+		fs_disable_command_timeouts();
+
+		/* It caught its cancellation, then ended: it still ran too long. */
+		if (fs_command_timeout_ms > 0 &&
+			TimestampDifferenceExceeds(started, GetCurrentTimestamp(), fs_command_timeout_ms))
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("the command ran past fairshare.command_timeout (%d ms) and ignored its cancellation",
+							fs_command_timeout_ms),
+					 errhint("Let the command end when it is cancelled (do not catch query_canceled), or raise fairshare.command_timeout.")));
 
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 		AtEOXact_GUC(true, nestlevel);
@@ -586,7 +734,7 @@ fs_run_command(const FsClaimedRun *run)
 	{
 		ErrorData  *edata;
 
-		disable_timeout(STATEMENT_TIMEOUT, false);
+		fs_disable_command_timeouts();
 		MemoryContextSwitchTo(context);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -615,9 +763,30 @@ fs_scheduler_detach(int code pg_attribute_unused(), Datum arg pg_attribute_unuse
 	{
 		fs_worker_shared->scheduler_pid = 0;
 		fs_worker_shared->state = FS_WORKER_STOPPED;
+		if (active_run.valid)
+		{
+			fs_worker_shared->lost_database = MyDatabaseId;
+			fs_worker_shared->lost_schedule_id = active_run.schedule_id;
+			fs_worker_shared->lost_scheduled_for = active_run.scheduled_for;
+			fs_worker_shared->lost_as_of = active_run.as_of;
+			fs_worker_shared->lost_timed_out = command_deadline_passed;
+		}
 	}
 	launcher = fs_worker_shared->launcher_pid;
 	SpinLockRelease(&fs_worker_shared->mutex);
+
+	if (active_run.valid && command_deadline_passed)
+		ereport(LOG,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("fairshare scheduler exited to end the command of schedule " INT64_FORMAT ", which ran past fairshare.command_timeout and ignored its cancellation",
+						active_run.schedule_id),
+				 errhint("The next scheduler records the run as failed and does not run it again.")));
+	else if (active_run.valid)
+		ereport(LOG,
+				(errcode(ERRCODE_ADMIN_SHUTDOWN),
+				 errmsg("fairshare scheduler exited during the run of schedule " INT64_FORMAT,
+						active_run.schedule_id),
+				 errhint("The next scheduler records the run as failed and does not run it again.")));
 
 	/* A launcher that did not start this scheduler is not notified otherwise. */
 	if (launcher != 0)
@@ -644,8 +813,105 @@ fs_log_failed_run(const FsClaimedRun *run, const char *error)
 }
 
 /*
- * One run, in its own transaction: claim it, run its command, record how
- * it went.  Returns false when nothing was due.
+ * Record a run as failed without running its command, in a transaction of
+ * its own: claim the schedule's run again as the claim that handed it out
+ * did (same schedule, same as_of), and if that gives the same run, record
+ * it.  Otherwise (the schedule was changed or removed since) nothing is
+ * claimed.  Returns whether the run was recorded.
+ */
+static bool
+fs_settle_failed_run(int64 schedule_id, TimestampTz scheduled_for, TimestampTz as_of,
+					 const char *error)
+{
+	FsClaimedRun *claimed = NULL;
+	bool		settled = false;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	fs_reset_session();
+	if (fs_claim_runs(true, schedule_id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, NULL) == 1 &&
+		claimed->scheduled_for == scheduled_for)
+	{
+		fs_finish_run(claimed, error);
+		fs_log_failed_run(claimed, error);
+		settled = true;
+	}
+	PopActiveSnapshot();
+	if (settled)
+		CommitTransactionCommand();
+	else
+		AbortCurrentTransaction();
+	return settled;
+}
+
+/*
+ * The run a previous scheduler left when it exited during its command
+ * (see FsWorkerShared), recorded as failed.  A failure to do so is logged
+ * and the run is left due: ending this scheduler over it would only start
+ * the next one on the same run.
+ */
+static void
+fs_scheduler_settle_lost_run(void)
+{
+	MemoryContext context = CurrentMemoryContext;
+	int64		schedule_id;
+	TimestampTz scheduled_for;
+	TimestampTz as_of;
+	bool		timed_out;
+	const char *error;
+
+	SpinLockAcquire(&fs_worker_shared->mutex);
+	if (fs_worker_shared->lost_database != MyDatabaseId)
+	{
+		SpinLockRelease(&fs_worker_shared->mutex);
+		return;
+	}
+	fs_worker_shared->lost_database = InvalidOid;
+	schedule_id = fs_worker_shared->lost_schedule_id;
+	scheduled_for = fs_worker_shared->lost_scheduled_for;
+	as_of = fs_worker_shared->lost_as_of;
+	timed_out = fs_worker_shared->lost_timed_out;
+	SpinLockRelease(&fs_worker_shared->mutex);
+
+	error = timed_out ?
+		"the command ran past fairshare.command_timeout and ignored its cancellation: the scheduler exited to end it" :
+		"the scheduler exited during the command";
+	PG_TRY();
+	{
+		if (fs_settle_failed_run(schedule_id, scheduled_for, as_of, error))
+			fs_count_run(true);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("fairshare scheduler could not record the lost run of schedule " INT64_FORMAT " as failed: %s",
+						schedule_id, edata->message),
+				 errhint("The run stays due and runs again.")));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(context);
+}
+
+/* What fs_scheduler_run_schedule() did with a schedule. */
+typedef enum FsRunOutcome
+{
+	FS_RUN_NONE,				/* not due any more, or locked: nothing */
+	FS_RUN_ADVANCED,			/* dealt with, without a run */
+	FS_RUN_RAN					/* a run, succeeded or failed */
+} FsRunOutcome;
+
+/*
+ * One run of one schedule, in its own transaction: claim it, run its
+ * command, record how it went.  *more says whether the schedule still has
+ * runs due at as_of (catch-up 'all').
  *
  * If the transaction itself fails after the command (a command can leave
  * it unable to commit: a deferred constraint, SET TRANSACTION READ ONLY),
@@ -653,39 +919,57 @@ fs_log_failed_run(const FsClaimedRun *run, const char *error)
  * and recorded as failed without running the command again, so that no
  * command can stall the scheduler or make it loop on one run.
  */
-static bool
-fs_scheduler_run_one(TimestampTz as_of)
+static FsRunOutcome
+fs_scheduler_run_schedule(int64 id, TimestampTz as_of, bool *more)
 {
 	MemoryContext context = CurrentMemoryContext;
 	volatile int64 schedule_id = 0;
 	volatile TimestampTz scheduled_for = 0;
 	char	   *volatile error = NULL;
-	volatile bool found = false;
+	volatile FsRunOutcome outcome = FS_RUN_NONE;
+	volatile bool more_due = false;
 	FsClaimedRun *claimed = NULL;
 
 	PG_TRY();
 	{
+		FsClaimInfo info;
+
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, "fairshare: claiming a due run");
-		if (fs_claim_runs(true, 0, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed) == 1)
+		if (fs_claim_runs(true, id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, &info) == 1)
 		{
 			char	   *failure;
 
-			found = true;
+			outcome = FS_RUN_RAN;
 			schedule_id = claimed->schedule_id;
 			scheduled_for = claimed->scheduled_for;
-			pgstat_report_activity(STATE_RUNNING, claimed->command);
-			failure = fs_run_command(claimed);
+			active_run.schedule_id = schedule_id;
+			active_run.scheduled_for = scheduled_for;
+			active_run.as_of = as_of;
+			active_run.valid = true;
+			/*
+			 * The schedule, not the command: pg_stat_activity shows this to
+			 * roles (pg_read_all_stats) that may not read the command.
+			 */
+			pgstat_report_activity(STATE_RUNNING,
+								   psprintf("fairshare: schedule " INT64_FORMAT, schedule_id));
+			failure = fs_owner_refusal(claimed);
+			if (failure == NULL)
+				failure = fs_run_command(claimed);
 			error = failure;
 			fs_reset_session();
 			fs_finish_run(claimed, failure);
 			if (failure != NULL)
 				fs_log_failed_run(claimed, failure);
 		}
+		else if (info.nschedules > 0)
+			outcome = FS_RUN_ADVANCED;
+		more_due = info.more;
 		PopActiveSnapshot();
 		CommitTransactionCommand();
+		active_run.valid = false;
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 	PG_CATCH();
@@ -703,25 +987,172 @@ fs_scheduler_run_one(TimestampTz as_of)
 						   edata->message, unpack_sql_state(edata->sqlerrcode));
 		error = failure;
 
-		/* Consume the run as failed; an error here ends the scheduler. */
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		fs_reset_session();
-		if (fs_claim_runs(true, schedule_id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed) == 1 &&
-			claimed->scheduled_for == scheduled_for)
-		{
-			fs_finish_run(claimed, failure);
-			fs_log_failed_run(claimed, failure);
-		}
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		/*
+		 * Consume the run as failed.  An error here ends the scheduler, and
+		 * the next one records the run (active_run is still set).  Whether
+		 * more runs are due is left to the next claim to find out.
+		 */
+		(void) fs_settle_failed_run(schedule_id, scheduled_for, as_of, failure);
+		active_run.valid = false;
+		more_due = true;
 		pgstat_report_activity(STATE_IDLE, NULL);
+		FreeErrorData(edata);
 	}
 	PG_END_TRY();
 
-	if (found)
+	/* Back from the transactions' contexts to the pass's. */
+	MemoryContextSwitchTo(context);
+	if (outcome == FS_RUN_RAN)
 		fs_count_run(error != NULL);
-	return found;
+	*more = more_due;
+	return outcome;
+}
+
+/*
+ * The worker serves owners fairly within a pass: each owner's due
+ * schedules wait in a queue of their own, and the next run is taken from
+ * the owner whose commands have used the least time so far in the pass
+ * (ties: the one whose next run is the oldest).  One owner's slow commands
+ * then delay another owner's run by at most one command, instead of by
+ * all of them.
+ */
+typedef struct FsOwnerQueue
+{
+	Oid			owner_oid;
+	int64		used_usecs;		/* time its runs took in this pass */
+	int			next;			/* its next schedule in the round's list */
+	int			end;			/* past its last one */
+} FsOwnerQueue;
+
+/* Owners' used time, across the rounds of a pass. */
+typedef struct FsOwnerUse
+{
+	Oid			owner_oid;		/* hash key */
+	int64		used_usecs;
+} FsOwnerUse;
+
+static int
+fs_due_cmp_owner(const void *a, const void *b)
+{
+	const FsDueSchedule *x = (const FsDueSchedule *) a;
+	const FsDueSchedule *y = (const FsDueSchedule *) b;
+
+	if (x->owner_oid != y->owner_oid)
+		return x->owner_oid < y->owner_oid ? -1 : 1;
+	if (x->next_run_at != y->next_run_at)
+		return x->next_run_at < y->next_run_at ? -1 : 1;
+	if (x->schedule_id != y->schedule_id)
+		return x->schedule_id < y->schedule_id ? -1 : 1;
+	return 0;
+}
+
+/* binaryheap keeps the greatest first: the owner to serve next. */
+static int
+fs_owner_queue_cmp(Datum a, Datum b, void *arg)
+{
+	const FsOwnerQueue *x = (const FsOwnerQueue *) DatumGetPointer(a);
+	const FsOwnerQueue *y = (const FsOwnerQueue *) DatumGetPointer(b);
+	const FsDueSchedule *due = (const FsDueSchedule *) arg;
+
+	if (x->used_usecs != y->used_usecs)
+		return x->used_usecs < y->used_usecs ? 1 : -1;
+	if (due[x->next].next_run_at != due[y->next].next_run_at)
+		return due[x->next].next_run_at < due[y->next].next_run_at ? 1 : -1;
+	if (x->owner_oid != y->owner_oid)
+		return x->owner_oid < y->owner_oid ? 1 : -1;
+	return 0;
+}
+
+/* Due schedules listed per round of a pass at most. */
+#define FS_PASS_ROUND				10000
+
+/*
+ * One round of a pass: list due schedules, and claim and run them, owner
+ * by owner as FsOwnerQueue says.  Adds the runs to *runs; returns how many
+ * schedules it dealt with (0: nothing more to do in this pass).
+ */
+static int
+fs_scheduler_round(TimestampTz as_of, HTAB *use, uint64 *runs)
+{
+	MemoryContext context = CurrentMemoryContext;
+	FsDueSchedule *due;
+	FsOwnerQueue *queues;
+	binaryheap *heap;
+	int			ndue;
+	int			nowners = 0;
+	int			dealt = 0;
+	int			i;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "fairshare: listing due runs");
+	MemoryContextSwitchTo(context);
+	ndue = fs_due_worker_schedules(as_of, FS_PASS_ROUND, &due);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(context);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	if (ndue == 0)
+		return 0;
+
+	qsort(due, ndue, sizeof(FsDueSchedule), fs_due_cmp_owner);
+	queues = palloc(sizeof(FsOwnerQueue) * ndue);
+	heap = binaryheap_allocate(ndue, fs_owner_queue_cmp, due);
+	for (i = 0; i < ndue; i++)
+	{
+		if (i == 0 || due[i].owner_oid != due[i - 1].owner_oid)
+		{
+			bool		found;
+			FsOwnerUse *u = hash_search(use, &due[i].owner_oid, HASH_ENTER, &found);
+			FsOwnerQueue *q = &queues[nowners++];
+
+			if (!found)
+				u->used_usecs = 0;
+			q->owner_oid = due[i].owner_oid;
+			q->used_usecs = u->used_usecs;
+			q->next = i;
+		}
+		queues[nowners - 1].end = i + 1;
+	}
+	for (i = 0; i < nowners; i++)
+		binaryheap_add_unordered(heap, PointerGetDatum(&queues[i]));
+	binaryheap_build(heap);
+
+	while (!binaryheap_empty(heap))
+	{
+		FsOwnerQueue *q = (FsOwnerQueue *) DatumGetPointer(binaryheap_first(heap));
+		TimestampTz started = GetCurrentTimestamp();
+		bool		more = false;
+		FsRunOutcome outcome;
+
+		outcome = fs_scheduler_run_schedule(due[q->next].schedule_id, as_of, &more);
+		if (outcome != FS_RUN_NONE)
+			dealt++;
+		if (outcome == FS_RUN_RAN)
+		{
+			(*runs)++;
+			q->used_usecs += GetCurrentTimestamp() - started;
+		}
+		/* A schedule with more runs due stays at the head of its queue. */
+		if (outcome == FS_RUN_NONE || !more)
+			q->next++;
+		if (q->next == q->end)
+			(void) binaryheap_remove_first(heap);
+		else
+			binaryheap_replace_first(heap, PointerGetDatum(q));
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	for (i = 0; i < nowners; i++)
+	{
+		FsOwnerUse *u = hash_search(use, &queues[i].owner_oid, HASH_FIND, NULL);
+
+		u->used_usecs = queues[i].used_usecs;
+	}
+	binaryheap_free(heap);
+	pfree(queues);
+	pfree(due);
+	return dealt;
 }
 
 /* Is the extension, with its schedules, installed in this database? */
@@ -736,6 +1167,53 @@ fs_scheduler_ready(void)
 	return ready;
 }
 
+/*
+ * Recount the backlog of every queue registered in this database: at the
+ * scheduler's start, then every fairshare.resync_interval.  A failure (the
+ * extension is older than fair dequeue, a queue's table is gone) is logged
+ * and tried again at the next interval; it never stops the scheduler.
+ */
+static void
+fs_scheduler_resync(void)
+{
+	static TimestampTz last_resync_at = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	MemoryContext context = CurrentMemoryContext;
+
+	/* The interval is read each time: a reload that shortens it counts. */
+	if (last_resync_at != 0 &&
+		(fs_resync_interval_secs == 0 ||
+		 !TimestampDifferenceExceeds(last_resync_at, now, fs_resync_interval_secs * 1000)))
+		return;
+	last_resync_at = now;
+
+	pgstat_report_activity(STATE_RUNNING, "fairshare: recounting fair-dequeue queues");
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	PG_TRY();
+	{
+		(void) fs_fairqueue_resync_all();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("fairshare scheduler could not recount fair-dequeue queues: %s", edata->message),
+				 errhint("It tries again in fairshare.resync_interval; fs_resync() recounts now.")));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
 /* Claim and run everything due at as_of; then delete old ledger rows. */
 static void
 fs_scheduler_pass(TimestampTz as_of)
@@ -743,24 +1221,59 @@ fs_scheduler_pass(TimestampTz as_of)
 	TimestampTz started = GetCurrentTimestamp();
 	uint64		runs = 0;
 	uint64		pruned = 0;
+	MemoryContext pass_context;
+	MemoryContext old;
+	HASHCTL		ctl;
+	HTAB	   *use;
+
+	/*
+	 * What the pass keeps between its transactions (the lists of due
+	 * schedules, the owners' time, errors of failed runs) lives here and
+	 * goes with the pass.
+	 */
+	pass_context = AllocSetContextCreate(TopMemoryContext, "fairshare scheduler pass",
+										 ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(pass_context);
 
 	fs_worker_set_state(FS_WORKER_RUNNING);
-	while (fs_scheduler_run_one(as_of))
-	{
-		runs++;
+	fs_scheduler_settle_lost_run();
+	fs_scheduler_resync();
+
+	/*
+	 * Rounds go on while they deal with schedules: a round lists what is
+	 * due when it starts, and schedules it could not lock, or that became
+	 * due during it, are left for the next.
+	 */
+	ctl.keysize = sizeof(Oid);
+	ctl.entrysize = sizeof(FsOwnerUse);
+	ctl.hcxt = pass_context;
+	use = hash_create("fairshare owners' time", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	while (fs_scheduler_round(as_of, use, &runs) > 0)
 		CHECK_FOR_INTERRUPTS();
-	}
 
 	if (fs_run_retention_secs > 0)
 	{
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pruned = fs_prune_runs(GetCurrentTimestamp() -
-							   (TimestampTz) fs_run_retention_secs * USECS_PER_SEC,
-							   FS_PRUNE_BATCH);
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		TimestampTz prune_started = GetCurrentTimestamp();
+		TimestampTz before = prune_started - (TimestampTz) fs_run_retention_secs * USECS_PER_SEC;
+		uint64		deleted;
+
+		pgstat_report_activity(STATE_RUNNING, "fairshare: deleting old runs");
+		do
+		{
+			CHECK_FOR_INTERRUPTS();
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			deleted = fs_prune_runs(before, FS_PRUNE_BATCH);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			pruned += deleted;
+		} while (deleted >= FS_PRUNE_BATCH &&
+				 !TimestampDifferenceExceeds(prune_started, GetCurrentTimestamp(),
+											 FS_PRUNE_MAX_SECS * 1000));
+		pgstat_report_activity(STATE_IDLE, NULL);
 	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(pass_context);
 
 	SpinLockAcquire(&fs_worker_shared->mutex);
 	fs_worker_shared->last_pass_at = as_of;
@@ -796,6 +1309,7 @@ fs_scheduler_main(Datum main_arg)
 		proc_exit(0);
 	}
 	before_shmem_exit(fs_scheduler_detach, (Datum) 0);
+	command_deadline = RegisterTimeout(USER_TIMEOUT, fs_command_deadline_handler);
 
 	StartTransactionCommand();
 	dbname = MemoryContextStrdup(TopMemoryContext, get_database_name(dboid));

@@ -19,6 +19,7 @@ extern int	fs_sweep_interval_ms;
 extern int	fs_state_save_interval_secs;
 extern int	fs_command_timeout_ms;
 extern int	fs_run_retention_secs;
+extern int	fs_resync_interval_secs;
 
 /* Defines the GUCs and, at server start, registers the launcher. */
 extern void fs_worker_init(void);
