@@ -490,6 +490,41 @@ DROP ROLE fq_reader;
 DROP ROLE fq_stranger;
 
 -- ---------------------------------------------------------------------------
+-- A recount runs the registrant's expressions as the table's owner, whoever
+-- asks for it (a superuser here, or the background worker), and one failing
+-- queue does not stop the recount of the others
+-- ---------------------------------------------------------------------------
+
+CREATE ROLE fq_owner;
+GRANT CREATE ON SCHEMA public TO fq_owner;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean) TO fq_owner;
+SET ROLE fq_owner;
+CREATE FUNCTION fq_owner_only(t text) RETURNS text IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_user <> 'fq_owner' THEN
+        RAISE EXCEPTION 'ran as %', current_user;
+    END IF;
+    RETURN t;
+END $$;
+CREATE TABLE fo_jobs (id bigserial PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('fo', 'fo_jobs', 'public.fq_owner_only(tenant)', 'id');
+INSERT INTO fo_jobs (tenant) VALUES ('a'), ('a'), ('b');
+RESET ROLE;
+SELECT * FROM fs_resync('fo');
+-- a queue whose table is gone is reported, and the rest are recounted
+CREATE TABLE fo_gone (id bigserial PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('fo_gone', 'fo_gone', 'tenant', 'id');
+DROP TABLE fo_gone;
+SELECT * FROM fs_resync() WHERE queue_name LIKE 'fo%';
+SELECT fs_unregister_queue('fo_gone');
+SELECT fs_unregister_queue('fo');
+DROP TABLE fo_jobs;
+DROP FUNCTION fq_owner_only(text);
+REVOKE CREATE ON SCHEMA public FROM fq_owner;
+REVOKE EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean) FROM fq_owner;
+DROP ROLE fq_owner;
+
+-- ---------------------------------------------------------------------------
 -- Unregistering removes the triggers and the index it made
 -- ---------------------------------------------------------------------------
 

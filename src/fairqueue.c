@@ -46,6 +46,7 @@
 #include <math.h>
 
 #include "access/xact.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -58,6 +59,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "budget.h"
 #include "fairqueue_int.h"
@@ -1728,6 +1730,23 @@ typedef struct FsCountAt
 	int64		rows;
 } FsCountAt;
 
+/* The owner of `desc`'s ready table; an error if the table is gone. */
+static Oid
+fs_fair_table_owner(FsFairDesc *desc)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(desc->ready_relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("the ready table of queue \"%s\" no longer exists", desc->queue_name),
+				 errhint("Unregister the queue with fs_unregister_queue(), or register it again.")));
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
 static int
 fs_count_at_cmp(const void *a, const void *b)
 {
@@ -1764,6 +1783,8 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 {
 	volatile bool ok = false;
 	volatile int32 capacity;
+	Oid			save_userid;
+	int			save_sec_context;
 
 	LWLockAcquire(fq->lock, LW_SHARED);
 	capacity = fq->nitems + 64;
@@ -1811,10 +1832,22 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 			LWLockRelease(fq->lock);
 			fs_fair_gate_open(fq);
 
+			/*
+			 * The count evaluates the registrant's expressions: run it as the
+			 * ready table's owner in a security-restricted operation, as
+			 * VACUUM and ANALYZE run index expressions, so that a recount by
+			 * a superuser or the background worker gives them no more
+			 * privilege than the owner has.
+			 */
+			GetUserIdAndSecContext(&save_userid, &save_sec_context);
+			SetUserIdAndSecContext(fs_fair_table_owner(desc),
+								   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+								   SECURITY_RESTRICTED_OPERATION);
 			nest = fs_search_path_begin();
 			ret = SPI_execute_snapshot(desc->count_plan, NULL, NULL, snapshot, InvalidSnapshot,
 									   true, false, 0);
 			fs_search_path_end(nest);
+			SetUserIdAndSecContext(save_userid, save_sec_context);
 			UnregisterSnapshot(snapshot);
 			if (ret != SPI_OK_SELECT)
 				elog(ERROR, "fair dequeue count query failed: %s", SPI_result_code_string(ret));
@@ -1824,6 +1857,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 	}
 	PG_CATCH();
 	{
+		/* The (sub)transaction's abort puts the user back. */
 		fs_fair_gate_open(fq);
 		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 		fq->resyncing = false;
@@ -1976,6 +2010,55 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 }
 
 /*
+ * Recount one queue in a subtransaction: false (after a WARNING) if it
+ * failed, say because its table was dropped or its expressions fail on
+ * some row, so that a recount of every queue goes on with the others.
+ * With `owned_only`, a queue whose table the caller does not own is
+ * skipped (false, silently).  Needs SPI connected.
+ */
+static bool
+fs_fair_resync_guarded(const char *queue_name, bool owned_only, int *tenants, int64 *rows)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		FsFairDesc *desc = fs_fair_desc(queue_name, true);
+
+		if (desc != NULL && (!owned_only || fs_class_ownercheck(desc->ready_relid, GetUserId())))
+		{
+			*rows = fs_fair_resync(desc, false, tenants);
+			ok = true;
+		}
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg("could not recount queue \"%s\": %s", queue_name, edata->message),
+				 errhint("Fix or unregister the queue; the other queues are recounted.")));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/*
  * fs_resync(queue text DEFAULT NULL)
  *	 RETURNS TABLE(queue text, tenants int, ready_rows bigint)
  *
@@ -2006,15 +2089,26 @@ fs_resync(PG_FUNCTION_ARGS)
 
 	foreach(lc, queues)
 	{
-		FsFairDesc *desc = fs_fair_desc((const char *) lfirst(lc), false);
+		const char *queue_name = (const char *) lfirst(lc);
 		Datum		values[3];
 		bool		nulls[3] = {false, false, false};
 		int			tenants = 0;
 		int64		rows;
 
-		fs_fair_check_owner(desc->ready_relid, desc->queue_name);
-		rows = fs_fair_resync(desc, false, &tenants);
-		values[0] = CStringGetTextDatum(desc->queue_name);
+		if (PG_ARGISNULL(0))
+		{
+			/* Every queue the caller owns; one failing does not stop the rest. */
+			if (!fs_fair_resync_guarded(queue_name, true, &tenants, &rows))
+				continue;
+		}
+		else
+		{
+			FsFairDesc *desc = fs_fair_desc(queue_name, false);
+
+			fs_fair_check_owner(desc->ready_relid, desc->queue_name);
+			rows = fs_fair_resync(desc, false, &tenants);
+		}
+		values[0] = CStringGetTextDatum(queue_name);
 		values[1] = Int32GetDatum(tenants);
 		values[2] = Int64GetDatum(rows);
 		nulls[2] = rows < 0;
@@ -2037,11 +2131,13 @@ fs_fairqueue_resync_all(void)
 		elog(ERROR, "SPI_connect failed");
 	(void) fs_claim_map_sweep();
 	queues = fs_fair_registered_queues();
+
 	foreach(lc, queues)
 	{
-		FsFairDesc *desc = fs_fair_desc((const char *) lfirst(lc), true);
+		int			tenants = 0;
+		int64		rows = 0;
 
-		if (desc != NULL && fs_fair_resync(desc, false, NULL) >= 0)
+		if (fs_fair_resync_guarded((const char *) lfirst(lc), false, &tenants, &rows) && rows >= 0)
 			done++;
 	}
 	SPI_finish();

@@ -105,4 +105,5 @@ class GoodJobRecipe
 end
 
 opts = FairWorker.options(ARGV, "good_job")
+abort("--stock-claim: only the Solid Queue worker has it") if opts.stock_claim
 FairWorker.run(opts, GoodJobRecipe.new(opts))

@@ -15,11 +15,11 @@ require "pg"
 require "socket"
 
 module FairWorker
-  Options = Struct.new(:conninfo, :queue, :threads, :poll, :exit_when_idle, :heartbeat, :name)
+  Options = Struct.new(:conninfo, :queue, :threads, :poll, :exit_when_idle, :heartbeat, :name, :stock_claim)
 
   def self.options(argv, queue)
     opts = Options.new(ENV.fetch("DATABASE_URL", ""), queue, 3, 0.05, 2.0, 1.0,
-                       "#{Socket.gethostname}-#{Process.pid}")
+                       "#{Socket.gethostname}-#{Process.pid}", false)
     OptionParser.new do |p|
       p.banner = "usage: #{$PROGRAM_NAME} [options]"
       p.on("--db CONNINFO", "libpq connection string (default: $DATABASE_URL, then PG* variables)") { |v| opts.conninfo = v }
@@ -28,6 +28,9 @@ module FairWorker
       p.on("--poll SECONDS", Float, "wait between claims that found nothing (default: 0.05)") { |v| opts.poll = v }
       p.on("--exit-when-idle SECONDS", Float, "exit after this long without work (default: 2)") { |v| opts.exit_when_idle = v }
       p.on("--name NAME", "process name (default: host-pid)") { |v| opts.name = v }
+      p.on("--stock-claim", "claim with the queue's own FIFO query instead of fs_claim(), for comparison") do
+        opts.stock_claim = true
+      end
     end.parse!(argv)
     abort("--threads must be at least 1") if opts.threads < 1
     opts

@@ -17,6 +17,9 @@
 # rest of Solid Queue is unchanged.  A job here is {"sleep": seconds}.
 #
 #   examples/solid_queue/worker.rb --db 'dbname=app' --threads 3
+#
+# With --stock-claim it runs Solid Queue's own FIFO query instead (the
+# demo's baseline).
 require "json"
 require_relative "../lib/fair_worker"
 
@@ -46,10 +49,18 @@ class SolidQueueRecipe
   # executions, delete the ready ones, in one transaction.
   def claim(conn, limit)
     conn.transaction do
-      candidates = conn.exec_params(<<~SQL, [@opts.queue, limit]).to_a
-        SELECT (c.job).id, (c.job).job_id
-          FROM fs_claim($1, NULL::solid_queue_ready_executions, $2) c
-      SQL
+      candidates = if @opts.stock_claim
+                     # Solid Queue's own candidate query (all queues), FIFO.
+                     conn.exec_params(<<~SQL, [limit]).to_a
+                       SELECT id, job_id FROM solid_queue_ready_executions
+                        ORDER BY priority ASC, job_id ASC LIMIT $1 FOR UPDATE SKIP LOCKED
+                     SQL
+                   else
+                     conn.exec_params(<<~SQL, [@opts.queue, limit]).to_a
+                       SELECT (c.job).id, (c.job).job_id
+                         FROM fs_claim($1, NULL::solid_queue_ready_executions, $2) c
+                     SQL
+                   end
       next [] if candidates.empty?
 
       job_ids = candidates.map { |c| c["job_id"] }
