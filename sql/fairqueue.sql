@@ -109,13 +109,13 @@ SELECT fs_register_queue('bad', 'fq_reserved', 'id', 'id');
 -- only the table's owner may register it; EXECUTE is not granted to PUBLIC
 CREATE ROLE fq_stranger;
 GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass,
-      text, text, text, boolean, boolean) TO fq_stranger;
+      text, text, text, boolean, boolean, text) TO fq_stranger;
 SET ROLE fq_stranger;
 SELECT fs_register_queue('bad', 'fq_jobs', 'account', 'id');
 SELECT fs_unregister_queue('fq');
 RESET ROLE;
 REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass,
-       text, text, text, boolean, boolean) FROM fq_stranger;
+       text, text, text, boolean, boolean, text) FROM fq_stranger;
 -- nothing of the refused registrations was kept
 SELECT queue FROM fs_fair_queues ORDER BY queue;
 
@@ -490,6 +490,39 @@ DROP ROLE fq_reader;
 DROP ROLE fq_stranger;
 
 -- ---------------------------------------------------------------------------
+-- enqueued_at: claims measure the queue's latency (the oldest ready row's
+-- age, at most once a second) and backpressure follows it
+-- ---------------------------------------------------------------------------
+
+SET fairshare.debug_clock = 1893456000;	-- 2030-01-01 00:00 UTC
+CREATE TABLE lat_jobs (id bigserial PRIMARY KEY, tenant text NOT NULL,
+                       created_at timestamp NOT NULL);
+SELECT queue, enqueued_at FROM fs_register_queue('lat', 'lat_jobs', 'tenant', 'id',
+       enqueued_at => 'created_at');
+-- a timestamp without time zone is taken as UTC; 10 s old is over 5 s
+INSERT INTO lat_jobs (tenant, created_at) VALUES
+    ('a', '2029-12-31 23:59:50'), ('a', '2029-12-31 23:59:59'), ('b', '2029-12-31 23:59:58');
+SELECT tenant FROM fs_claim('lat', NULL::lat_jobs, 1);
+SELECT latency_ms, backpressure FROM fs_queues WHERE queue = 'lat';
+SELECT fs_spend_tokens('b', 1, 100, 'lat') AS granted_under_latency;
+-- a second later, the next claim measures again: the 10 s row is gone
+DELETE FROM lat_jobs WHERE created_at = '2029-12-31 23:59:50';
+SET fairshare.debug_clock = 1893456000.5;
+SELECT tenant FROM fs_claim('lat', NULL::lat_jobs, 1);
+SELECT latency_ms AS not_measured_again_yet FROM fs_queues WHERE queue = 'lat';
+SET fairshare.debug_clock = 1893456001;
+SELECT tenant FROM fs_claim('lat', NULL::lat_jobs, 1);
+SELECT latency_ms, backpressure FROM fs_queues WHERE queue = 'lat';
+SELECT fs_spend_tokens('b', 1, 100, 'lat') AS granted_latency_ok;
+-- bad input
+SELECT fs_register_queue('lat', 'lat_jobs', 'tenant', 'id', enqueued_at => 'tenant');
+SELECT fs_register_queue('lat', 'lat_jobs', 'tenant', 'id', enqueued_at => 'clock_timestamp()');
+SELECT fs_unregister_queue('lat');
+SELECT fs_release_slot(lease_id) FROM fs_leases WHERE queue = 'lat';
+DROP TABLE lat_jobs;
+RESET fairshare.debug_clock;
+
+-- ---------------------------------------------------------------------------
 -- A recount runs the registrant's expressions as the table's owner, whoever
 -- asks for it (a superuser here, or the background worker), and one failing
 -- queue does not stop the recount of the others
@@ -497,7 +530,7 @@ DROP ROLE fq_stranger;
 
 CREATE ROLE fq_owner;
 GRANT CREATE ON SCHEMA public TO fq_owner;
-GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean) TO fq_owner;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) TO fq_owner;
 SET ROLE fq_owner;
 CREATE FUNCTION fq_owner_only(t text) RETURNS text IMMUTABLE LANGUAGE plpgsql AS $$
 BEGIN
@@ -521,7 +554,7 @@ SELECT fs_unregister_queue('fo');
 DROP TABLE fo_jobs;
 DROP FUNCTION fq_owner_only(text);
 REVOKE CREATE ON SCHEMA public FROM fq_owner;
-REVOKE EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean) FROM fq_owner;
+REVOKE EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) FROM fq_owner;
 DROP ROLE fq_owner;
 
 -- ---------------------------------------------------------------------------

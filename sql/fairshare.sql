@@ -648,6 +648,7 @@ CREATE TABLE fs_fair_queues (
     running_filter text,
     running_key    text,
     cost           text,
+    enqueued_at    text,
     charge_runtime boolean NOT NULL DEFAULT false,
     ready_index    regclass,
     index_created  boolean NOT NULL DEFAULT false,
@@ -671,6 +672,7 @@ COMMENT ON COLUMN fs_fair_queues.running_key IS 'expression over a running row g
 COMMENT ON COLUMN fs_fair_queues.cost IS 'expression giving a row''s cost in the fair order; NULL: 1 per row';
 COMMENT ON COLUMN fs_fair_queues.charge_runtime IS 'charge the lease''s held time (ms) when the row leaves running_table';
 COMMENT ON COLUMN fs_fair_queues.ready_index IS 'the index that serves claims (NULL: none was found or made)';
+COMMENT ON COLUMN fs_fair_queues.enqueued_at IS 'expression over a ready row giving when it became ready (timestamptz): the queue''s latency, for backpressure, is the age of its oldest ready row; NULL: not measured';
 COMMENT ON COLUMN fs_fair_queues.index_created IS 'fs_register_queue() created ready_index, and fs_unregister_queue() drops it';
 COMMENT ON COLUMN fs_fair_queues.registered_by IS 'role that registered the queue';
 COMMENT ON COLUMN fs_fair_queues.registered_at IS 'when the queue was last registered';
@@ -722,13 +724,14 @@ CREATE FUNCTION fs_register_queue(
     running_key    text DEFAULT NULL,
     cost           text DEFAULT NULL,
     charge_runtime boolean DEFAULT false,
-    create_index   boolean DEFAULT true)
+    create_index   boolean DEFAULT true,
+    enqueued_at    text DEFAULT NULL)
 RETURNS fs_fair_queues
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_register_queue';
-COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean) IS
+COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) IS
 'registers (or re-registers) a ready table for fair dequeue: validates the SQL, adds triggers and, if none serves, an index; the caller must own the tables';
-REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) FROM PUBLIC;
 
 CREATE FUNCTION fs_unregister_queue(queue text)
 RETURNS boolean

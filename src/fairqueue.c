@@ -167,6 +167,7 @@ fs_fairqueue_shmem_init(void)
 
 			fq->lock = &locks[i].lock;
 			pg_atomic_init_u32(&fq->commit_gate, 0);
+			pg_atomic_init_u64(&fq->latency_sampled_at, 0);
 			fq->avg_cost = 1.0;
 			fq->avg_runtime_ms = 1.0;
 			fq->chunk_ids = (int32 *) p + (Size) i * per_queue;
@@ -994,6 +995,44 @@ fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now,
 	fs_fair_change(queue, pt->name, false, &c);
 }
 
+/*
+ * The queue's latency, for backpressure: the age of its oldest ready row
+ * (min(enqueued_at) over the ready rows), measured by one claim a second at
+ * most, across backends, and reported to the gate as fs_report_latency()
+ * would.  Without enqueued_at, or with backpressure off, nothing is done.
+ */
+static void
+fs_fair_measure_latency(FsFairDesc *desc, TimestampTz now)
+{
+	FsFairQueue *fq = desc->fq;
+	uint64		last;
+	int			nest;
+	int			ret;
+
+	if (desc->latency_plan == NULL || fq == NULL || desc->queue == NULL ||
+		fs_backpressure_latency_ms == 0)
+		return;
+	last = pg_atomic_read_u64(&fq->latency_sampled_at);
+	if (now - (TimestampTz) last < FS_LATENCY_SAMPLE_USECS && now >= (TimestampTz) last)
+		return;
+	if (!pg_atomic_compare_exchange_u64(&fq->latency_sampled_at, &last, (uint64) now))
+		return;					/* another backend measures it */
+
+	nest = fs_search_path_begin();
+	ret = SPI_execute_plan(desc->latency_plan, NULL, NULL, true, 1);
+	fs_search_path_end(nest);
+	if (ret == SPI_OK_SELECT && SPI_processed == 1)
+	{
+		bool		isnull;
+		Datum		oldest = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		float8		latency_ms = 0;
+
+		if (!isnull)
+			latency_ms = Max((float8) (now - DatumGetTimestampTz(oldest)) / 1000.0, 0.0);
+		fs_gate_set_latency(desc->queue, latency_ms, now);
+	}
+}
+
 /* ----------------------------------------------------------------
  * fs_claim()
  * ----------------------------------------------------------------
@@ -1456,6 +1495,7 @@ fs_claim(PG_FUNCTION_ARGS)
 	{
 		fs_fair_ensure_synced(desc);
 		fs_fair_refresh_limits(desc);
+		fs_fair_measure_latency(desc, now);
 		while (claimed < max_rows && rounds++ < FS_CLAIM_MAX_ROUNDS)
 		{
 			bool		retry;

@@ -37,6 +37,9 @@
 /* A tenant whose claim came back short is not probed again for this long. */
 #define FS_DRY_RETRY_USECS		USECS_PER_SEC
 
+/* How often claims measure a queue's latency (enqueued_at), at most. */
+#define FS_LATENCY_SAMPLE_USECS	USECS_PER_SEC
+
 /* A row's cost is clamped to this range; NULL or NaN costs 1. */
 #define FS_MIN_COST				0.001
 #define FS_MAX_COST				1e9
@@ -89,6 +92,8 @@ typedef struct FsFairQueue
 								 * stay in the heap even with no rows */
 	pg_atomic_uint32 commit_gate;	/* fs_fair_gate_enter(): committers inside,
 									 * and whether a recount closed it */
+	pg_atomic_uint64 latency_sampled_at;	/* when a claim last measured the
+											 * oldest ready row's age */
 	uint32		limits_generation;	/* of the min_slots cached in the heap */
 	int32		nitems;
 	int32		nchunks;
@@ -160,6 +165,7 @@ typedef struct FsFairDesc
 	char	   *claim_filter;	/* NULL: none */
 	char	   *key;
 	char	   *cost;			/* NULL: 1 per row */
+	char	   *enqueued_at;	/* timestamptz; NULL: latency not measured */
 	bool		charge_runtime;
 	Oid			key_type;
 	int16		key_len;
@@ -169,6 +175,7 @@ typedef struct FsFairDesc
 	SPIPlanPtr	claim_plan;
 	SPIPlanPtr	fifo_plan;
 	SPIPlanPtr	count_plan;
+	SPIPlanPtr	latency_plan;	/* min(enqueued_at) of the ready rows */
 } FsFairDesc;
 
 /* One registration as the triggers of one relation see it. */

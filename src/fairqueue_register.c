@@ -42,6 +42,7 @@
 #include "catalog/partition.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
@@ -127,11 +128,12 @@ typedef enum FsExprRole
 	FS_EXPR_KEY,
 	FS_EXPR_COST,
 	FS_EXPR_RUNNING_FILTER,
-	FS_EXPR_RUNNING_KEY
+	FS_EXPR_RUNNING_KEY,
+	FS_EXPR_ENQUEUED_AT
 } FsExprRole;
 
 static const char *const fs_role_names[] = {
-	"tenant", "order_by", "filter", "key", "cost", "running_filter", "running_key"
+	"tenant", "order_by", "filter", "key", "cost", "running_filter", "running_key", "enqueued_at"
 };
 
 typedef struct FsParseContext
@@ -297,6 +299,30 @@ fs_coerce_key(Node *expr, const FsParseContext *ctx)
 	return expr;
 }
 
+/*
+ * enqueued_at: a timestamptz, or a timestamp without time zone taken as UTC
+ * (as Rails stores them).
+ */
+static Node *
+fs_coerce_enqueued_at(Node *expr, const FsParseContext *ctx)
+{
+	Oid			type = exprType(expr);
+
+	if (type == TIMESTAMPOID)
+		return (Node *) makeFuncExpr(F_TIMEZONE_TEXT_TIMESTAMP, TIMESTAMPTZOID,
+									 list_make2(makeConst(TEXTOID, -1, DEFAULT_COLLATION_OID, -1,
+														  CStringGetTextDatum("UTC"), false, false),
+												expr),
+									 InvalidOid, DEFAULT_COLLATION_OID, COERCE_EXPLICIT_CALL);
+	if (type != TIMESTAMPTZOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("enqueued_at of queue \"%s\" must be a timestamp with or without time zone, not %s",
+						ctx->queue, format_type_be(type)),
+				 errhint("For example enqueued_at => 'created_at' (a timestamp without time zone is taken as UTC).")));
+	return expr;
+}
+
 static Node *
 fs_coerce_cost(ParseState *pstate, Node *expr, const FsParseContext *ctx)
 {
@@ -383,6 +409,9 @@ fs_compile(const char *text, Relation rel, FsExprRole role, const char *queue)
 			break;
 		case FS_EXPR_COST:
 			expr = fs_coerce_cost(pstate, expr, &ctx);
+			break;
+		case FS_EXPR_ENQUEUED_AT:
+			expr = fs_coerce_enqueued_at(expr, &ctx);
 			break;
 		case FS_EXPR_ORDER:
 			break;
@@ -1012,7 +1041,7 @@ fs_drop_created_index(Oid indexoid, const char *queue_name)
 /*
  * fs_register_queue(queue, ready_table, tenant, order_by, filter, key,
  *					 running_table, running_filter, running_key, cost,
- *					 charge_runtime, create_index) RETURNS fs_fair_queues
+ *					 charge_runtime, create_index, enqueued_at) RETURNS fs_fair_queues
  */
 Datum
 fs_register_queue(PG_FUNCTION_ARGS)
@@ -1027,6 +1056,7 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	char	   *running_filter_text;
 	char	   *running_key_text;
 	char	   *cost_text;
+	char	   *enqueued_at_text;
 	bool		charge_runtime;
 	bool		create_index;
 	Relation	ready;
@@ -1039,12 +1069,14 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	Node	   *running_key = NULL;
 	Node	   *running_filter = NULL;
 	Node	   *cost = NULL;
+	Node	   *enqueued_at = NULL;
 	char	   *c_ready_filter = NULL;
 	char	   *c_claim_filter = NULL;
 	char	   *c_tenant;
 	char	   *c_order;
 	char	   *c_key;
 	char	   *c_cost = NULL;
+	char	   *c_enqueued_at = NULL;
 	char	   *c_running_filter = NULL;
 	char	   *c_running_key = NULL;
 	char	   *index_name = NULL;
@@ -1061,9 +1093,9 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	TupleDesc	old_desc;
 	ListCell   *lc;
 	StringInfoData sql;
-	Oid			argtypes[16];
-	Datum		values[16];
-	char		nulls[16];
+	Oid			argtypes[20];
+	Datum		values[20];
+	char		nulls[20];
 	int			nargs = 0;
 	HeapTupleHeader result;
 
@@ -1086,6 +1118,7 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	cost_text = fs_text_arg(fcinfo, 9, "cost", false);
 	charge_runtime = fs_bool_arg(fcinfo, 10, "charge_runtime");
 	create_index = fs_bool_arg(fcinfo, 11, "create_index");
+	enqueued_at_text = fs_text_arg(fcinfo, 12, "enqueued_at", false);
 
 	if (!OidIsValid(running_relid) && (running_filter_text || running_key_text))
 		ereport(ERROR,
@@ -1144,6 +1177,8 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	key = fs_compile(key_text, ready, FS_EXPR_KEY, queue);
 	if (cost_text != NULL)
 		cost = fs_compile(cost_text, ready, FS_EXPR_COST, queue);
+	if (enqueued_at_text != NULL)
+		enqueued_at = fs_compile(enqueued_at_text, ready, FS_EXPR_ENQUEUED_AT, queue);
 	if (running != NULL)
 	{
 		running_key = fs_compile(running_key_text ? running_key_text : key_text, running,
@@ -1169,6 +1204,8 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	c_key = fs_deparse(key, ready);
 	if (cost != NULL)
 		c_cost = fs_deparse(cost, ready);
+	if (enqueued_at != NULL)
+		c_enqueued_at = fs_deparse(enqueued_at, ready);
 	if (running_filter != NULL)
 		c_running_filter = fs_deparse(running_filter, running);
 	if (running_key != NULL)
@@ -1208,8 +1245,9 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	appendStringInfo(&sql,
 					 "INSERT INTO %s.fs_fair_queues AS q (queue, ready_table, tenant, order_by,"
 					 " ready_filter, claim_filter, key, key_type, running_table, running_filter,"
-					 " running_key, cost, charge_runtime, ready_index, index_created, registered_by)"
-					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+					 " running_key, cost, charge_runtime, ready_index, index_created, registered_by,"
+					 " enqueued_at)"
+					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
 					 " ON CONFLICT (queue) DO UPDATE SET ready_table = EXCLUDED.ready_table,"
 					 " tenant = EXCLUDED.tenant, order_by = EXCLUDED.order_by,"
 					 " ready_filter = EXCLUDED.ready_filter, claim_filter = EXCLUDED.claim_filter,"
@@ -1218,7 +1256,8 @@ fs_register_queue(PG_FUNCTION_ARGS)
 					 " running_filter = EXCLUDED.running_filter, running_key = EXCLUDED.running_key,"
 					 " cost = EXCLUDED.cost, charge_runtime = EXCLUDED.charge_runtime,"
 					 " ready_index = EXCLUDED.ready_index, index_created = EXCLUDED.index_created,"
-					 " registered_by = EXCLUDED.registered_by, registered_at = pg_catalog.now()",
+					 " registered_by = EXCLUDED.registered_by, registered_at = pg_catalog.now(),"
+					 " enqueued_at = EXCLUDED.enqueued_at",
 					 fs_ext_schema());
 #define FS_ARG(type, value, isnull) \
 	(argtypes[nargs] = (type), values[nargs] = (value), nulls[nargs++] = (isnull) ? 'n' : ' ')
@@ -1240,6 +1279,8 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	FS_ARG(REGCLASSOID, ObjectIdGetDatum(indexoid), !OidIsValid(indexoid));
 	FS_ARG(BOOLOID, BoolGetDatum(index_created), false);
 	FS_ARG(REGROLEOID, ObjectIdGetDatum(GetUserId()), false);
+	FS_ARG(TEXTOID, c_enqueued_at ? CStringGetTextDatum(c_enqueued_at) : (Datum) 0,
+		   c_enqueued_at == NULL);
 #undef FS_ARG
 	fs_spi_as_extension_owner(sql.data, nargs, argtypes, values, nulls);
 
@@ -1409,7 +1450,9 @@ fs_desc_free(FsFairDesc *desc)
 		SPI_freeplan(desc->fifo_plan);
 	if (desc->count_plan)
 		SPI_freeplan(desc->count_plan);
-	desc->claim_plan = desc->fifo_plan = desc->count_plan = NULL;
+	if (desc->latency_plan)
+		SPI_freeplan(desc->latency_plan);
+	desc->claim_plan = desc->fifo_plan = desc->count_plan = desc->latency_plan = NULL;
 	if (desc->cxt)
 		MemoryContextDelete(desc->cxt);
 	desc->cxt = NULL;
@@ -1484,6 +1527,10 @@ fs_desc_prepare(FsFairDesc *desc)
 		"SELECT (%s) AS fs_tenant, pg_catalog.count(*) FROM %s " FS_ROW_ALIAS
 		" WHERE true%s GROUP BY 1",
 		desc->tenant, desc->ready_name, fs_where_tail(desc, false)), 0, NULL);
+	if (desc->enqueued_at != NULL)
+		desc->latency_plan = fs_prepare(psprintf(
+			"SELECT pg_catalog.min(%s) FROM %s " FS_ROW_ALIAS " WHERE true%s",
+			desc->enqueued_at, desc->ready_name, fs_where_tail(desc, true)), 0, NULL);
 }
 
 /*
@@ -1556,6 +1603,7 @@ fs_fair_desc(const char *queue_name, bool missing_ok)
 	desc->claim_filter = fs_getvalue(row, rowdesc, "claim_filter", cxt);
 	desc->key = fs_getvalue(row, rowdesc, "key", cxt);
 	desc->cost = fs_getvalue(row, rowdesc, "cost", cxt);
+	desc->enqueued_at = fs_getvalue(row, rowdesc, "enqueued_at", cxt);
 	desc->charge_runtime = DatumGetBool(SPI_getbinval(row, rowdesc,
 													  SPI_fnumber(rowdesc, "charge_runtime"),
 													  &isnull));

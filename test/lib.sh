@@ -21,7 +21,7 @@ FS_DEPS_BUILD="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR"
 FS_DEPS_TEST="postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
  ruby ruby-pg procps clang-14 libclang-rt-14-dev"
 FS_DEPS_DEMO="ruby ruby-pg gnuplot-nox procps"
-FS_DEPS_BENCH="redis-server redis-tools ruby ruby-pg procps"
+FS_DEPS_BENCH="redis-server redis-tools ruby ruby-pg procps nodejs npm"
 
 fs_log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 fs_die() { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -145,7 +145,7 @@ script = <<~GNUPLOT
   set terminal pngcairo size 1400,560 font "sans,11" noenhanced
   set output "#{opts[:picture]}"
   set multiplot layout 1,2 title "One greedy tenant floods the queue; small tenants trickle in. How long did each job wait?" font "sans,13"
-  set xlabel "seconds since the flood (when the job was claimed; a run stops once every small job was)"
+  set xlabel "seconds since the flood, when the job was claimed"
   set ylabel "wait from enqueue to claim (s)"
   set xrange [0:#{xmax}]
   set yrange [0:#{ymax}]
