@@ -8,15 +8,16 @@ BEGIN;
 SELECT plan(53);
 
 SELECT has_function('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
-       'regclass', 'text', 'text', 'text', 'boolean', 'boolean']);
-SELECT is(pg_get_function_arguments('fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean)'::regprocedure),
+       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text']);
+SELECT is(pg_get_function_arguments('fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text)'::regprocedure),
           'queue text, ready_table regclass, tenant text, order_by text, filter text DEFAULT NULL::text, '
           'key text DEFAULT NULL::text, running_table regclass DEFAULT NULL::regclass, '
           'running_filter text DEFAULT NULL::text, running_key text DEFAULT NULL::text, '
-          'cost text DEFAULT NULL::text, charge_runtime boolean DEFAULT false, create_index boolean DEFAULT true',
+          'cost text DEFAULT NULL::text, charge_runtime boolean DEFAULT false, create_index boolean DEFAULT true, '
+          'enqueued_at text DEFAULT NULL::text',
           'fs_register_queue argument names and defaults');
 SELECT function_returns('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
-       'regclass', 'text', 'text', 'text', 'boolean', 'boolean'], 'fs_fair_queues');
+       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text'], 'fs_fair_queues');
 SELECT has_function('fs_unregister_queue', ARRAY['text']);
 SELECT function_returns('fs_unregister_queue', ARRAY['text'], 'boolean');
 SELECT has_function('fs_claim', ARRAY['text', 'anyelement', 'integer', 'interval']);
@@ -48,7 +49,7 @@ SELECT columns_are('fs_fair_shares', ARRAY['queue', 'tenant', 'weight', 'min_slo
 -- Registration is an administrator's action; claiming is everyone's (the
 -- table's own privileges decide).
 SELECT function_privs_are('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
-       'regclass', 'text', 'text', 'text', 'boolean', 'boolean'], 'public', ARRAY[]::text[]);
+       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_unregister_queue', ARRAY['text'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_resync', ARRAY['text'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_claim', ARRAY['text', 'anyelement', 'integer', 'interval'], 'public', ARRAY['EXECUTE']);
