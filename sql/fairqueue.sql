@@ -82,6 +82,11 @@ SELECT fs_register_queue('bad', 'fq_jobs', '''everyone''', 'id');
 SELECT fs_register_queue('bad', 'fq_jobs', 'account::text || now()::text', 'id');
 SELECT fs_register_queue('bad', 'fq_jobs', 'account', 'id', filter => 'random() < 0.5');
 SELECT fs_register_queue('bad', 'fq_jobs', 'account', 'clock_timestamp() - now()');
+-- a function of a temporary schema belongs to one session
+CREATE FUNCTION pg_temp.fq_mine(t text) RETURNS text IMMUTABLE LANGUAGE sql AS 'SELECT t';
+SELECT fs_register_queue('bad', 'fq_jobs', 'pg_temp.fq_mine(account::text)', 'id');
+SELECT fs_register_queue('bad', 'fq_jobs', 'account', 'pg_temp.fq_mine(account::text)');
+DROP FUNCTION pg_temp.fq_mine(text);
 SELECT fs_register_queue('bad', 'fq_jobs', 'ctid::text', 'id');
 -- anything but one expression
 SELECT fs_register_queue('bad', 'fq_jobs', 'account; DROP TABLE fq_jobs', 'id');

@@ -253,6 +253,38 @@ fs_check_immutable(Node *expr, const FsParseContext *ctx)
 						 "belong in filter.")));
 }
 
+static bool
+fs_func_is_temp(Oid funcid, void *context pg_attribute_unused())
+{
+	return isAnyTempNamespace(get_func_namespace(funcid));
+}
+
+static bool
+fs_calls_temp_function(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, fs_func_is_temp, context))
+		return true;
+	return expression_tree_walker(node, fs_calls_temp_function, context);
+}
+
+/*
+ * A registration outlives the session that made it, and its expressions
+ * run in other sessions, the background worker's among them: a function of
+ * a temporary schema would be another session's, or gone.
+ */
+static void
+fs_check_no_temp_functions(Node *expr, const FsParseContext *ctx)
+{
+	if (fs_calls_temp_function(expr, NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s of queue \"%s\" must not call functions of a temporary schema",
+						ctx->what, ctx->queue),
+				 errhint("Create the function in a permanent schema.")));
+}
+
 /* Tenant keys are text: strings, integers and uuids are converted. */
 static Node *
 fs_coerce_tenant(ParseState *pstate, Node *expr, const FsParseContext *ctx)
@@ -418,6 +450,7 @@ fs_compile(const char *text, Relation rel, FsExprRole role, const char *queue)
 	}
 	assign_expr_collations(pstate, expr);
 	fs_check_columns(expr, &ctx, role != FS_EXPR_FILTER && role != FS_EXPR_RUNNING_FILTER);
+	fs_check_no_temp_functions(expr, &ctx);
 	if (role == FS_EXPR_FILTER)
 	{
 		if (contain_volatile_functions(expr))
@@ -461,6 +494,7 @@ fs_compile_order(const char *text, Relation rel, const char *queue)
 		item->expr = transformExpr(p.pstate, sortby->node, EXPR_KIND_INDEX_EXPRESSION);
 		assign_expr_collations(p.pstate, item->expr);
 		fs_check_columns(item->expr, &p.ctx, true);
+		fs_check_no_temp_functions(item->expr, &p.ctx);
 		fs_check_immutable(item->expr, &p.ctx);
 		tce = lookup_type_cache(exprType(item->expr), TYPECACHE_LT_OPR);
 		if (!OidIsValid(tce->lt_opr))
