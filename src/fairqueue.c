@@ -362,7 +362,8 @@ fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always)
 	bool		add;
 
 	SpinLockAcquire(&entry->mutex);
-	add = (always || entry->ready_rows > 0) && !(entry->flags & FS_TENANT_QUEUED);
+	/* A negative count (a recount's window) must be adjusted too: it stays. */
+	add = (always || entry->ready_rows != 0) && !(entry->flags & FS_TENANT_QUEUED);
 	if (add)
 	{
 		entry->flags |= FS_TENANT_QUEUED;
@@ -533,7 +534,7 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 		entry->ready_rows += rows;	/* not clamped: see fs_fair_change() */
 		if (rows > 0)
 			entry->flags &= ~FS_TENANT_DRY;
-		enqueue = entry->ready_rows > 0 && !(entry->flags & FS_TENANT_QUEUED);
+		enqueue = entry->ready_rows != 0 && !(entry->flags & FS_TENANT_QUEUED);
 		SpinLockRelease(&entry->mutex);
 		if (enqueue)
 		{
@@ -601,6 +602,7 @@ fs_fair_forget(FsQueue *queue)
 	fq->rows_without_tenant = 0;
 	fq->untracked_rows = 0;
 	fq->synced = false;
+	fq->forget_gen++;
 	heap_shrink(fq);
 	LWLockRelease(fq->lock);
 }
@@ -911,9 +913,12 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		int32		min_slots;
 
 		SpinLockAcquire(&entry->mutex);
-		if (entry->ready_rows <= 0 && !fq->resyncing)
+		if (entry->ready_rows == 0 && !fq->resyncing)
 		{
-			/* Drained: it leaves the fair order (and stops pinning). */
+			/*
+			 * Drained: it leaves the fair order (and stops pinning).  A
+			 * negative count stays, to be adjusted by the next recount.
+			 */
 			entry->flags &= ~(FS_TENANT_QUEUED | FS_TENANT_DRY);
 			SpinLockRelease(&entry->mutex);
 			heap_remove(fq, 0);
@@ -1819,10 +1824,12 @@ fs_count_at_cmp(const void *a, const void *b)
  * gate could not close.
  */
 static bool
-fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 *nat)
+fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 *nat,
+					 uint64 *forget_gen)
 {
 	volatile bool ok = false;
 	volatile int32 capacity;
+	Oid			owner = fs_fair_table_owner(desc);
 	Oid			save_userid;
 	int			save_sec_context;
 
@@ -1848,16 +1855,18 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 			 * it again (not under the lock: an error there would leave it
 			 * held) and close the gate again.
 			 */
+			snapshot = RegisterSnapshot(GetLatestSnapshot());
 			LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 			if (fq->nitems > capacity)
 			{
 				capacity = fq->nitems * 2 + 64;
 				LWLockRelease(fq->lock);
 				fs_fair_gate_open(fq);
+				UnregisterSnapshot(snapshot);
 				*at_p = repalloc(*at_p, sizeof(FsCountAt) * capacity);
 				continue;
 			}
-			snapshot = RegisterSnapshot(GetLatestSnapshot());
+			*forget_gen = fq->forget_gen;
 			for (i = 0; i < fq->nitems; i++)
 			{
 				FsTenant   *entry = heap_at(fq, i)->tenant;
@@ -1880,7 +1889,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 			 * privilege than the owner has.
 			 */
 			GetUserIdAndSecContext(&save_userid, &save_sec_context);
-			SetUserIdAndSecContext(fs_fair_table_owner(desc),
+			SetUserIdAndSecContext(owner,
 								   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
 								   SECURITY_RESTRICTED_OPERATION);
 			nest = fs_search_path_begin();
@@ -1897,10 +1906,16 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 	}
 	PG_CATCH();
 	{
-		/* The (sub)transaction's abort puts the user back. */
+		/*
+		 * The (sub)transaction's abort puts the user back.  Nothing above
+		 * can fail while holding the queue's lock.  If the generation moved
+		 * on, reservations made before it now settle as if counted: the
+		 * queue must be counted again.
+		 */
 		fs_fair_gate_open(fq);
 		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 		fq->resyncing = false;
+		fq->synced = false;
 		LWLockRelease(fq->lock);
 		PG_RE_THROW();
 	}
@@ -1908,45 +1923,25 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 	return ok;
 }
 
-int64
-fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
+/*
+ * The second half of a recount: give every counted tenant an entry in the
+ * fair order and adjust each tenant by what it was off at the snapshot.
+ * Returns the ready rows counted, or -1 if the queue was forgotten meanwhile.
+ */
+static int64
+fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat,
+					 uint64 forget_gen, int *tenants)
 {
-	FsFairQueue *fq = desc->fq;
 	HASHCTL		info;
 	HTAB	   *counts;
 	HASH_SEQ_STATUS seq;
 	FsCount    *c;
-	FsCountAt  *at;
-	int32		nat = 0;
 	int64		total = 0;
 	int64		without = 0;
 	int64		untracked = 0;
 	int			ntenants = 0;
 	uint64		r;
 	int32		i;
-
-	if (fq == NULL)
-		return -1;
-	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-	if (fq->resyncing || (if_unsynced && fq->synced))
-	{
-		LWLockRelease(fq->lock);
-		return -1;
-	}
-	fq->resyncing = true;
-	LWLockRelease(fq->lock);
-
-	if (!fs_fair_resync_count(desc, fq, &at, &nat))
-	{
-		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-		fq->resyncing = false;
-		LWLockRelease(fq->lock);
-		ereport(WARNING,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not recount queue \"%s\": its commits did not pause", desc->queue_name),
-				 errhint("It is recounted at its next use, or by fs_resync().")));
-		return -1;
-	}
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = FS_NAME_BUFLEN;
@@ -2009,6 +2004,19 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 	 * rows at the snapshot, and every counted one) by what it was off.
 	 */
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	if (fq->forget_gen != forget_gen)
+	{
+		/*
+		 * The queue was forgotten meanwhile (TRUNCATE, a new registration):
+		 * its counts were zeroed after the snapshot, so the adjustment would
+		 * not add up.  It is counted again at its next use.
+		 */
+		fq->resyncing = false;
+		fq->synced = false;
+		LWLockRelease(fq->lock);
+		hash_destroy(counts);
+		return -1;
+	}
 	for (i = 0; i < fq->nitems; i++)
 	{
 		FsHeapItem *item = heap_at(fq, i);
@@ -2025,7 +2033,8 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 		if (found != NULL)
 			live_at = found->rows;
 		SpinLockAcquire(&entry->mutex);
-		entry->ready_rows = Max(entry->ready_rows + counted - live_at, 0);
+		/* Not clamped: claims reserved since the snapshot may exceed it. */
+		entry->ready_rows += counted - live_at;
 		entry->flags &= ~FS_TENANT_DRY;
 		SpinLockRelease(&entry->mutex);
 		item->dry_until = 0;
@@ -2046,6 +2055,54 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 	hash_destroy(counts);
 	if (tenants != NULL)
 		*tenants = ntenants;
+	return total;
+}
+
+int64
+fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
+{
+	FsFairQueue *fq = desc->fq;
+	FsCountAt  *at;
+	int32		nat = 0;
+	uint64		forget_gen = 0;
+	volatile int64 total = -1;
+
+	if (fq == NULL)
+		return -1;
+	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	if (fq->resyncing || (if_unsynced && fq->synced))
+	{
+		LWLockRelease(fq->lock);
+		return -1;
+	}
+	fq->resyncing = true;
+	LWLockRelease(fq->lock);
+
+	if (!fs_fair_resync_count(desc, fq, &at, &nat, &forget_gen))
+	{
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		fq->resyncing = false;
+		LWLockRelease(fq->lock);
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not recount queue \"%s\": its commits did not pause", desc->queue_name),
+				 errhint("It is recounted at its next use, or by fs_resync().")));
+		return -1;
+	}
+
+	PG_TRY();
+	{
+		total = fs_fair_resync_apply(desc, fq, at, nat, forget_gen, tenants);
+	}
+	PG_CATCH();
+	{
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		fq->resyncing = false;
+		fq->synced = false;
+		LWLockRelease(fq->lock);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	return total;
 }
 

@@ -87,6 +87,7 @@ typedef struct FsFairQueue
 	float8		avg_cost;		/* moving average of a claimed row's cost */
 	float8		avg_runtime_ms; /* moving average of a lease's held time */
 	uint64		resync_gen;		/* moves on when a recount takes its snapshot */
+	uint64		forget_gen;		/* moves on when fs_fair_forget() zeroes it */
 	bool		synced;			/* counted from the table in this run */
 	bool		resyncing;		/* a recount is running: entries it pinned
 								 * stay in the heap even with no rows */

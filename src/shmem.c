@@ -464,7 +464,7 @@ fs_tenant_may_be_idle(void)
 static bool
 fs_tenant_is_idle(FsTenant *entry, TimestampTz now)
 {
-	if (entry->slots_in_use > 0 || entry->orphan_leases > 0 || entry->ready_rows > 0)
+	if (entry->slots_in_use > 0 || entry->orphan_leases > 0 || entry->ready_rows != 0)
 		return false;
 	return fs_budget_is_full(entry, now) && fs_fairqueue_may_evict(entry);
 }
