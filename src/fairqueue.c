@@ -1802,33 +1802,32 @@ fs_count_at_cmp(const void *a, const void *b)
 }
 
 /*
- * Recount the ready rows of every tenant of `desc`'s queue from its table
- * (with `if_unsynced`, only if it was not counted in this server run yet).
- * Returns the number of ready rows (with a valid tenant), or -1 if another
- * recount of the queue is running, or commits did not let the gate close.
- * Needs SPI connected.  Takes no table lock: writers and claimers go on.
- *
- * With the gate closed, the snapshot is taken and each backlogged tenant's
- * live count copied, and the recount generation moves on: reservations made
- * before it no longer stand (the count has their rows), later ones do.  The
- * table is counted with that snapshot; then each tenant's count is adjusted
- * by (counted - live count at the snapshot), which keeps every change
- * applied since.  A recount inside fs_claim() follows the caller's snapshot
- * no more than a background one does: it always counts the latest committed
- * state.
+ * End a recount that did not adjust the counts: the queue is no longer
+ * being recounted, and with `count_again` (the generation moved on, so
+ * reservations made before it settle as if counted) it is counted again at
+ * its next use.
  */
+static void
+fs_fair_resync_end(FsFairQueue *fq, bool count_again)
+{
+	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	fq->resyncing = false;
+	if (count_again)
+		fq->synced = false;
+	LWLockRelease(fq->lock);
+}
+
 /*
  * The first half of a recount: snapshot and live counts with the gate
- * closed, then the count query (its rows in SPI_tuptable).  On error the
- * gate is opened and the queue marked as not being recounted.  False if the
- * gate could not close.
+ * closed, then the count query (its rows in SPI_tuptable).  False if the
+ * gate could not close.  On error the caller opens the gate; nothing here
+ * can fail while holding the queue's lock.
  */
 static bool
 fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 *nat,
 					 uint64 *forget_gen)
 {
-	volatile bool ok = false;
-	volatile int32 capacity;
+	int32		capacity;
 	Oid			owner = fs_fair_table_owner(desc);
 	Oid			save_userid;
 	int			save_sec_context;
@@ -1838,89 +1837,68 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 	LWLockRelease(fq->lock);
 	*at_p = palloc(sizeof(FsCountAt) * capacity);
 
-	PG_TRY();
+	while (fs_fair_gate_close(fq))
 	{
-		while (fs_fair_gate_close(fq))
+		Snapshot	snapshot;
+		FsCountAt  *at = *at_p;
+		int			nest;
+		int			ret;
+		int32		i;
+
+		/*
+		 * Every tenant in the fair order needs its live count: one left out
+		 * would be adjusted as if it had none and counted twice.  The order
+		 * may have grown since the array was sized; then size it again (not
+		 * under the lock: an error there would leave it held) and close the
+		 * gate again.
+		 */
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		if (fq->nitems > capacity)
 		{
-			Snapshot	snapshot;
-			FsCountAt  *at = *at_p;
-			int			nest;
-			int			ret;
-			int32		i;
-
-			/*
-			 * Every tenant in the fair order needs its live count: one left
-			 * out would be adjusted as if it had none and counted twice.
-			 * The order may have grown since the array was sized; then size
-			 * it again (not under the lock: an error there would leave it
-			 * held) and close the gate again.
-			 */
-			snapshot = RegisterSnapshot(GetLatestSnapshot());
-			LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-			if (fq->nitems > capacity)
-			{
-				capacity = fq->nitems * 2 + 64;
-				LWLockRelease(fq->lock);
-				fs_fair_gate_open(fq);
-				UnregisterSnapshot(snapshot);
-				*at_p = repalloc(*at_p, sizeof(FsCountAt) * capacity);
-				continue;
-			}
-			*forget_gen = fq->forget_gen;
-			for (i = 0; i < fq->nitems; i++)
-			{
-				FsTenant   *entry = heap_at(fq, i)->tenant;
-
-				at[*nat].tenant = entry;
-				SpinLockAcquire(&entry->mutex);
-				at[*nat].rows = entry->ready_rows;
-				SpinLockRelease(&entry->mutex);
-				(*nat)++;
-			}
-			fq->resync_gen++;
+			capacity = fq->nitems * 2 + 64;
 			LWLockRelease(fq->lock);
 			fs_fair_gate_open(fq);
-
-			/*
-			 * The count evaluates the registrant's expressions: run it as the
-			 * ready table's owner in a security-restricted operation, as
-			 * VACUUM and ANALYZE run index expressions, so that a recount by
-			 * a superuser or the background worker gives them no more
-			 * privilege than the owner has.
-			 */
-			GetUserIdAndSecContext(&save_userid, &save_sec_context);
-			SetUserIdAndSecContext(owner,
-								   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-								   SECURITY_RESTRICTED_OPERATION);
-			nest = fs_search_path_begin();
-			ret = SPI_execute_snapshot(desc->count_plan, NULL, NULL, snapshot, InvalidSnapshot,
-									   true, false, 0);
-			fs_search_path_end(nest);
-			SetUserIdAndSecContext(save_userid, save_sec_context);
 			UnregisterSnapshot(snapshot);
-			if (ret != SPI_OK_SELECT)
-				elog(ERROR, "fair dequeue count query failed: %s", SPI_result_code_string(ret));
-			ok = true;
-			break;
+			*at_p = repalloc(*at_p, sizeof(FsCountAt) * capacity);
+			continue;
 		}
-	}
-	PG_CATCH();
-	{
-		/*
-		 * The (sub)transaction's abort puts the user back.  Nothing above
-		 * can fail while holding the queue's lock.  If the generation moved
-		 * on, reservations made before it now settle as if counted: the
-		 * queue must be counted again.
-		 */
-		fs_fair_gate_open(fq);
-		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-		fq->resyncing = false;
-		fq->synced = false;
+		*forget_gen = fq->forget_gen;
+		for (i = 0; i < fq->nitems; i++)
+		{
+			FsTenant   *entry = heap_at(fq, i)->tenant;
+
+			at[*nat].tenant = entry;
+			SpinLockAcquire(&entry->mutex);
+			at[*nat].rows = entry->ready_rows;
+			SpinLockRelease(&entry->mutex);
+			(*nat)++;
+		}
+		fq->resync_gen++;
 		LWLockRelease(fq->lock);
-		PG_RE_THROW();
+		fs_fair_gate_open(fq);
+
+		/*
+		 * The count evaluates the registrant's expressions: run it as the
+		 * ready table's owner in a security-restricted operation, as VACUUM
+		 * and ANALYZE run index expressions, so that a recount by a
+		 * superuser or the background worker gives them no more privilege
+		 * than the owner has.  (On error, the abort puts the user back.)
+		 */
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
+		nest = fs_search_path_begin();
+		ret = SPI_execute_snapshot(desc->count_plan, NULL, NULL, snapshot, InvalidSnapshot,
+								   true, false, 0);
+		fs_search_path_end(nest);
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		UnregisterSnapshot(snapshot);
+		if (ret != SPI_OK_SELECT)
+			elog(ERROR, "fair dequeue count query failed: %s", SPI_result_code_string(ret));
+		return true;
 	}
-	PG_END_TRY();
-	return ok;
+	return false;
 }
 
 /*
@@ -2011,9 +1989,8 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		 * its counts were zeroed after the snapshot, so the adjustment would
 		 * not add up.  It is counted again at its next use.
 		 */
-		fq->resyncing = false;
-		fq->synced = false;
 		LWLockRelease(fq->lock);
+		fs_fair_resync_end(fq, true);
 		hash_destroy(counts);
 		return -1;
 	}
@@ -2058,14 +2035,42 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 	return total;
 }
 
+/*
+ * Recount the ready rows of every tenant of `desc`'s queue from its table
+ * (with `if_unsynced`, only if it was not counted in this server run yet).
+ * Returns the number of ready rows (with a valid tenant), or -1 if another
+ * recount of the queue is running, or commits did not let the gate close.
+ * Needs SPI connected.  Takes no table lock: writers and claimers go on.
+ *
+ * With the gate closed, the snapshot is taken and each backlogged tenant's
+ * live count copied, and the recount generation moves on: reservations made
+ * before it no longer stand (the count has their rows), later ones do.  The
+ * table is counted with that snapshot; then each tenant's count is adjusted
+ * by (counted - live count at the snapshot), which keeps every change
+ * applied since.  A recount inside fs_claim() follows the caller's snapshot
+ * no more than a background one does: it always counts the latest committed
+ * state.
+ */
+/* Both halves of a recount; false if the gate could not close. */
+static bool
+fs_fair_resync_run(FsFairDesc *desc, FsFairQueue *fq, int *tenants, int64 *total)
+{
+	FsCountAt  *at;
+	int32		nat = 0;
+	uint64		forget_gen = 0;
+
+	if (!fs_fair_resync_count(desc, fq, &at, &nat, &forget_gen))
+		return false;
+	*total = fs_fair_resync_apply(desc, fq, at, nat, forget_gen, tenants);
+	return true;
+}
+
 int64
 fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 {
 	FsFairQueue *fq = desc->fq;
-	FsCountAt  *at;
-	int32		nat = 0;
-	uint64		forget_gen = 0;
-	volatile int64 total = -1;
+	bool		gate_closed;
+	int64		total = -1;
 
 	if (fq == NULL)
 		return -1;
@@ -2078,31 +2083,26 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 	fq->resyncing = true;
 	LWLockRelease(fq->lock);
 
-	if (!fs_fair_resync_count(desc, fq, &at, &nat, &forget_gen))
+	PG_TRY();
 	{
-		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-		fq->resyncing = false;
-		LWLockRelease(fq->lock);
+		gate_closed = fs_fair_resync_run(desc, fq, tenants, &total);
+	}
+	PG_CATCH();
+	{
+		fs_fair_gate_open(fq);	/* if the error came with it closed */
+		fs_fair_resync_end(fq, true);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (!gate_closed)
+	{
+		fs_fair_resync_end(fq, false);
 		ereport(WARNING,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("could not recount queue \"%s\": its commits did not pause", desc->queue_name),
 				 errhint("It is recounted at its next use, or by fs_resync().")));
-		return -1;
 	}
-
-	PG_TRY();
-	{
-		total = fs_fair_resync_apply(desc, fq, at, nat, forget_gen, tenants);
-	}
-	PG_CATCH();
-	{
-		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-		fq->resyncing = false;
-		fq->synced = false;
-		LWLockRelease(fq->lock);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
 	return total;
 }
 
