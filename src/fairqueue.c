@@ -1829,8 +1829,6 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 {
 	int32		capacity;
 	Oid			owner = fs_fair_table_owner(desc);
-	Oid			save_userid;
-	int			save_sec_context;
 
 	LWLockAcquire(fq->lock, LW_SHARED);
 	capacity = fq->nitems + 64;
@@ -1841,7 +1839,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 	{
 		Snapshot	snapshot;
 		FsCountAt  *at = *at_p;
-		int			nest;
+		FsRunAs		run_as;
 		int			ret;
 		int32		i;
 
@@ -1879,20 +1877,17 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 		fs_fair_gate_open(fq);
 
 		/*
-		 * The count evaluates the registrant's expressions: run it as the
-		 * ready table's owner in a security-restricted operation, as VACUUM
-		 * and ANALYZE run index expressions, so that a recount by a
-		 * superuser or the background worker gives them no more privilege
-		 * than the owner has.  (On error, the abort puts the user back.)
+		 * The count evaluates the registrant's expressions and the table's
+		 * row-level security policies: run it as the ready table's owner in
+		 * a read-only security-restricted operation (run_as.c), so that a
+		 * recount by a superuser or the background worker gives the owner's
+		 * code no more privilege than the owner has, and nothing it does
+		 * outlives the count.  (On error, the abort puts the user back.)
 		 */
-		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-							   SECURITY_RESTRICTED_OPERATION);
-		nest = fs_search_path_begin();
+		fs_run_as_begin(&run_as, owner, FS_RUN_AS_READ_ONLY);
 		ret = SPI_execute_snapshot(desc->count_plan, NULL, NULL, snapshot, InvalidSnapshot,
 								   true, false, 0);
-		fs_search_path_end(nest);
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		fs_run_as_end(&run_as);
 		UnregisterSnapshot(snapshot);
 		if (ret != SPI_OK_SELECT)
 			elog(ERROR, "fair dequeue count query failed: %s", SPI_result_code_string(ret));

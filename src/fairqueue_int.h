@@ -23,6 +23,7 @@
 #include "utils/relcache.h"
 
 #include "fairqueue.h"
+#include "run_as.h"
 
 /* Heap entries are kept in chunks of this many (a power of two). */
 #define FS_HEAP_CHUNK_SHIFT		6
@@ -194,6 +195,7 @@ typedef struct FsRelRole
 	ExprState  *key;
 	ExprState  *running_filter; /* running side: bool, or NULL */
 	ExprState  *running_key;
+	Oid			run_as_owner;	/* evaluate as this role, or InvalidOid */
 } FsRelRole;
 
 typedef struct FsRelTriggers
@@ -253,8 +255,6 @@ extern void fs_fair_gate_leave(FsQueue *queue);
 extern FsFairDesc *fs_fair_desc(const char *queue_name, bool missing_ok);
 extern FsRelTriggers *fs_fair_rel_triggers(Relation rel);
 extern List *fs_fair_registered_queues(void);
-extern int	fs_search_path_begin(void);
-extern void fs_search_path_end(int nestlevel);
 extern void fs_fair_check_owner(Oid relid, const char *queue_name);
 extern void fs_fair_register_init(void);
 extern void fs_fair_invalidate_all(void);

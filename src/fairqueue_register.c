@@ -45,6 +45,7 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/defrem.h"
 #include "commands/extension.h"
@@ -89,31 +90,6 @@ PG_FUNCTION_INFO_V1(fs_fair_queues_changed);
 
 static HTAB *fs_descs = NULL;		/* queue name -> FsFairDesc */
 static HTAB *fs_rel_cache = NULL;	/* relid -> FsRelTriggers */
-
-/* ----------------------------------------------------------------
- * search_path
- * ----------------------------------------------------------------
- */
-
-/*
- * Run what follows with search_path = pg_catalog, pg_temp; undone by
- * fs_search_path_end() or, on error, by transaction abort.
- */
-int
-fs_search_path_begin(void)
-{
-	int			nest = NewGUCNestLevel();
-
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	return nest;
-}
-
-void
-fs_search_path_end(int nestlevel)
-{
-	AtEOXact_GUC(true, nestlevel);
-}
 
 /* ----------------------------------------------------------------
  * Parsing what a registration is made of
@@ -791,8 +767,7 @@ static void
 fs_spi_as_extension_owner(const char *sql, int nargs, Oid *argtypes, Datum *values,
 						  const char *nulls)
 {
-	Oid			save_userid;
-	int			save_sec_context;
+	FsRunAs		run_as;
 	Oid			owner = InvalidOid;
 	HeapTuple	tuple;
 	Oid			extoid = get_extension_oid("fairshare", false);
@@ -812,11 +787,9 @@ fs_spi_as_extension_owner(const char *sql, int nargs, Oid *argtypes, Datum *valu
 	if (!OidIsValid(owner))
 		elog(ERROR, "could not find the owner of extension \"fairshare\"");
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	fs_run_as_begin(&run_as, owner, 0);
 	(void) fs_spi(sql, nargs, argtypes, values, nulls, false);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	fs_run_as_end(&run_as);
 }
 
 static const char *
@@ -1678,16 +1651,46 @@ fs_fair_registered_queues(void)
 	return names;
 }
 
-/* Compile one canonical expression for the triggers of `rel`. */
-static ExprState *
-fs_rel_expr(const char *text, Relation rel, FsExprRole role, const char *queue)
+/* check_functions_in_node() callback: a function outside pg_catalog? */
+static bool
+fs_func_outside_catalog(Oid funcid, void *context pg_attribute_unused())
 {
-	Node	   *expr;
+	return get_func_namespace(funcid) != PG_CATALOG_NAMESPACE;
+}
+
+/*
+ * Whether evaluating `node` may run code that a role other than a superuser
+ * can change: a function or operator (or a type's input/output function)
+ * outside pg_catalog, or a domain's constraints.
+ */
+static bool
+fs_runs_user_code(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, CoerceToDomain))
+		return true;
+	if (check_functions_in_node(node, fs_func_outside_catalog, NULL))
+		return true;
+	return expression_tree_walker(node, fs_runs_user_code, context);
+}
+
+/*
+ * Compile one canonical expression for the triggers of `rel`; *user_code is
+ * set when it may run code other than pg_catalog's.
+ */
+static ExprState *
+fs_rel_expr(const char *text, Relation rel, FsExprRole role, const char *queue,
+			bool *user_code)
+{
+	Expr	   *expr;
 
 	if (text == NULL)
 		return NULL;
-	expr = fs_compile(text, rel, role, queue);
-	return ExecInitExpr(expression_planner((Expr *) expr), NULL);
+	expr = expression_planner((Expr *) fs_compile(text, rel, role, queue));
+	if (fs_runs_user_code((Node *) expr, NULL))
+		*user_code = true;
+	return ExecInitExpr(expr, NULL);
 }
 
 static void
@@ -1695,6 +1698,7 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 {
 	char	   *queue = SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, "queue"));
 	bool		isnull;
+	bool		user_code = false;
 
 	memset(role, 0, sizeof(*role));
 	strlcpy(role->queue_name, queue, FS_NAME_BUFLEN);
@@ -1707,23 +1711,31 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 	if (ready_side)
 	{
 		role->tenant = fs_rel_expr(SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, "tenant")),
-								   rel, FS_EXPR_TENANT, queue);
+								   rel, FS_EXPR_TENANT, queue, &user_code);
 		role->filter = fs_rel_expr(SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, "ready_filter")),
-								   rel, FS_EXPR_FILTER, queue);
+								   rel, FS_EXPR_FILTER, queue, &user_code);
 		role->cost = fs_rel_expr(SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, "cost")),
-								 rel, FS_EXPR_COST, queue);
+								 rel, FS_EXPR_COST, queue, &user_code);
 		role->key = fs_rel_expr(SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, "key")),
-								rel, FS_EXPR_KEY, queue);
+								rel, FS_EXPR_KEY, queue, &user_code);
 	}
 	else
 	{
 		role->running_filter = fs_rel_expr(SPI_getvalue(row, rowdesc,
 														SPI_fnumber(rowdesc, "running_filter")),
-										   rel, FS_EXPR_RUNNING_FILTER, queue);
+										   rel, FS_EXPR_RUNNING_FILTER, queue, &user_code);
 		role->running_key = fs_rel_expr(SPI_getvalue(row, rowdesc,
 													 SPI_fnumber(rowdesc, "running_key")),
-										rel, FS_EXPR_RUNNING_KEY, queue);
+										rel, FS_EXPR_RUNNING_KEY, queue, &user_code);
 	}
+
+	/*
+	 * Code that the table's owner (or another role) can change runs as the
+	 * owner, read-only, in a security-restricted operation (run_as.c), as
+	 * in a recount: a superuser's write gives it no privilege, nothing it
+	 * does outlives the row, and a row counts the same whoever writes it.
+	 */
+	role->run_as_owner = user_code ? rel->rd_rel->relowner : InvalidOid;
 }
 
 /*

@@ -806,9 +806,12 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 		char		new_tenant[FS_NAME_BUFLEN];
 		bool		old_in = false;
 		bool		new_in = false;
+		FsRunAs		run_as;
 
 		if (role->queue == NULL)
 			continue;			/* no room for the queue: claims fail open */
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
 		if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
 			new_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, new_tenant);
 		else if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
@@ -824,6 +827,8 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 			fs_ready_leave(role, rt->econtext, td->tg_trigslot, old_tenant);
 		if (new_in)
 			fs_delta_add(role->queue, new_tenant, 1, 0, 0);
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_end(&run_as);
 		ResetExprContext(rt->econtext);
 	}
 	return PointerGetDatum(NULL);
@@ -901,9 +906,12 @@ fs_fair_running_trigger(PG_FUNCTION_ARGS)
 	for (i = 0; i < rt->nrunning; i++)
 	{
 		FsRelRole  *role = &rt->running[i];
+		FsRunAs		run_as;
 
 		if (role->queue == NULL)
 			continue;
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
 		if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
 		{
 			if (fs_running_eval(role, rt->econtext, td->tg_trigslot))
@@ -932,6 +940,8 @@ fs_fair_running_trigger(PG_FUNCTION_ARGS)
 			if (!still)
 				fs_running_leave(role, rt->econtext, td->tg_trigslot);
 		}
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_end(&run_as);
 		ResetExprContext(rt->econtext);
 	}
 	return PointerGetDatum(NULL);
