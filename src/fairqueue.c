@@ -2624,7 +2624,7 @@ fs_fairqueue_save_state(StringInfo buf, uint32 nqueues, bool clean)
 
 void
 fs_fairqueue_restore_section(uint32 tag, const char *data, uint32 item_size, uint64 count,
-							 FsQueue **queues, uint64 nqueues, bool clean)
+							 FsQueue **queues, uint64 nqueues, bool clean, int64 next_lease_id)
 {
 	uint64		i;
 
@@ -2648,7 +2648,7 @@ fs_fairqueue_restore_section(uint32 tag, const char *data, uint32 item_size, uin
 		}
 	}
 	else if (tag == FS_SECTION_FAIRQ_CLAIMS && item_size == sizeof(FsClaimEntry))
-		fs_claim_map_restore((const FsClaimEntry *) data, count, queues, nqueues);
+		fs_claim_map_restore((const FsClaimEntry *) data, count, queues, nqueues, next_lease_id);
 }
 
 /* ----------------------------------------------------------------

@@ -52,7 +52,7 @@ extern void fs_fairqueue_reset_counters(void);
 extern void fs_fairqueue_save_state(StringInfo buf, uint32 nqueues, bool clean);
 extern void fs_fairqueue_restore_section(uint32 tag, const char *data, uint32 item_size,
 										 uint64 count, FsQueue **queues, uint64 nqueues,
-										 bool clean);
+										 bool clean, int64 next_lease_id);
 
 /*
  * Recount the ready rows of every registered queue of the current database

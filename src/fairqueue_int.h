@@ -276,7 +276,7 @@ extern void fs_claim_map_shmem_init(void);
 extern int	fs_claim_map_sweep(void);
 extern uint64 fs_claim_map_save(StringInfo buf, uint32 nqueues);
 extern void fs_claim_map_restore(const FsClaimEntry *entries, uint64 count,
-								 FsQueue **queues, uint64 nqueues);
+								 FsQueue **queues, uint64 nqueues, int64 next_lease_id);
 extern long fs_claim_map_count(uint32 queue_id);
 
 #endif							/* FAIRSHARE_FAIRQUEUE_INT_H */

@@ -351,7 +351,7 @@ fs_claim_map_save(StringInfo buf, uint32 nqueues)
 /* In the postmaster, before any backend exists (no locks). */
 void
 fs_claim_map_restore(const FsClaimEntry *entries, uint64 count, FsQueue **queues,
-					 uint64 nqueues)
+					 uint64 nqueues, int64 next_lease_id)
 {
 	uint64		i;
 
@@ -364,6 +364,11 @@ fs_claim_map_restore(const FsClaimEntry *entries, uint64 count, FsQueue **queues
 		memcpy(&rec, &entries[i], sizeof(rec));
 		if (rec.key.queue_id >= nqueues || queues[rec.key.queue_id] == NULL)
 			continue;
+		/* Values as fs_claim_key_make() and a claim make them, or nothing. */
+		if (rec.lease_id <= 0 || rec.lease_id >= next_lease_id || rec.key.hashed > 1 ||
+			rec.key.pad != 0 || (!rec.key.hashed && rec.key.len > FS_KEY_INLINE))
+			continue;
+		rec.est_cost = fs_fair_clamp_cost(rec.est_cost, false);
 		rec.key.queue_id = queues[rec.key.queue_id]->queue_id;
 		rec.tenant[FS_NAME_MAXLEN] = '\0';
 		entry = hash_search(fs_claim_hash, &rec.key, HASH_ENTER_NULL, &found);

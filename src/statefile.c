@@ -53,6 +53,14 @@ PG_FUNCTION_INFO_V1(fs_save_state_now);
  */
 #define FS_LEASE_ID_CRASH_MARGIN	(INT64CONST(1) << 40)
 
+/*
+ * The highest next lease id a file may carry.  Ids start at the clock in
+ * microseconds (about 2^50 today); this leaves 2^62 ids of room, so that no
+ * id handed out after a restore can wrap past INT64_MAX.  A file above it is
+ * damaged, whatever its CRC says.
+ */
+#define FS_LEASE_ID_MAX				(PG_INT64_MAX / 2)
+
 typedef struct FsStateHeader
 {
 	uint32		magic;
@@ -383,6 +391,13 @@ fs_statefile_check(const char *data, Size len, FsStateHeader *header)
 		return false;
 	if (header->kind != FS_STATE_CLEAN && header->kind != FS_STATE_RUNNING)
 		return false;
+	if (header->next_lease_id <= 0 || header->next_lease_id > FS_LEASE_ID_MAX)
+	{
+		ereport(LOG,
+				(errmsg("ignoring fairshare state file \"%s\": its next lease id " INT64_FORMAT " is out of range",
+						FS_STATE_FILE, header->next_lease_id)));
+		return false;
+	}
 
 	for (;;)
 	{
@@ -535,7 +550,10 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 						continue;
 					}
 					queue = fs_restored_queue(queues, queue_keys, nqueues, record.queue_index);
-					if (queue == NULL || !fs_name_ok(record.tenant) || record.lease_id <= 0)
+					/* Every id was handed out before the file was written. */
+					if (queue == NULL || !fs_name_ok(record.tenant) || record.lease_id <= 0 ||
+						record.lease_id >= header->next_lease_id ||
+						record.acquired_at > record.expires_at)
 					{
 						leases_dropped++;
 						continue;
@@ -558,13 +576,19 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 
 			case FS_SECTION_STATS:
 				if (clean && section.item_size == sizeof(FsGlobalStats) && section.count == 1)
+				{
 					fs_read(&r, &fs_shared->stats, sizeof(FsGlobalStats));
+					if (fs_shared->stats.reset_at > now ||
+						fs_shared->stats.reset_at < now - FS_RESTORE_MAX_AGE)
+						fs_shared->stats.reset_at = now;
+				}
 				break;
 
 			case FS_SECTION_FAIRQ_QUEUES:
 			case FS_SECTION_FAIRQ_CLAIMS:
 				fs_fairqueue_restore_section(section.tag, r.data + r.pos, section.item_size,
-											 section.count, queues, nqueues, clean);
+											 section.count, queues, nqueues, clean,
+											 header->next_lease_id);
 				break;
 
 			default:

@@ -96,6 +96,42 @@ close $fh;
 $node->start;
 is($q->("SELECT start_kind FROM fs_stats"), 'fresh', 'a foreign file is ignored');
 
+# A file with a valid CRC whose values are out of range: a next lease id
+# near INT64_MAX would make the ids handed out next wrap negative.
+sub crc32c
+{
+	my ($data) = @_;
+	my $crc = 0xFFFFFFFF;
+	for my $byte (unpack('C*', $data))
+	{
+		$crc ^= $byte;
+		$crc = ($crc & 1) ? (($crc >> 1) ^ 0x82F63B78) : ($crc >> 1) for 1 .. 8;
+	}
+	return $crc ^ 0xFFFFFFFF;
+}
+$q->("SELECT fs_acquire_slot('acme', 'range', '1 hour')");
+$node->stop;
+open($fh, '<', $file) or die $!;
+binmode $fh;
+my $image = do { local $/; <$fh> };
+close $fh;
+is(unpack('V', substr($image, -4)), crc32c(substr($image, 0, -4)), 'the test computes the file\'s CRC-32C');
+substr($image, 32, 8) = pack('q<', 9223372036854775800);    # next_lease_id
+substr($image, -4) = pack('V', crc32c(substr($image, 0, -4)));
+open($fh, '>', $file) or die $!;
+binmode $fh;
+print $fh $image;
+close $fh;
+$logstart = -s $node->logfile;
+$node->start;
+ok($node->log_contains(qr/ignoring fairshare state file .* next lease id 9223372036854775800 is out of range/, $logstart),
+	'an out-of-range next lease id is logged');
+is($q->("SELECT start_kind || '/' || (SELECT count(*) FROM fs_leases) FROM fs_stats"), 'fresh/0',
+	'and the file is ignored');
+my $fresh_id = $q->("SELECT fs_acquire_slot('acme', 'range', '1 hour')");
+cmp_ok($fresh_id, '>', 0, 'lease ids stay positive');
+$q->("SELECT fs_release_slot($fresh_id)");
+
 # An immediate shutdown kills backends wherever they are: it counts as a crash.
 $q->("SELECT fs_acquire_slot('acme', 'st', '1 hour')");
 $q->("SELECT fs_save_state()");
