@@ -550,13 +550,22 @@ fs_route_enqueue(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(route));
 }
 
-/* fs_tier_state(): every tier counter of this database's queues. */
+/*
+ * fs_tier_state(): every tier counter of this database's queues.
+ *
+ * The entries are copied out under the partition locks into an array
+ * allocated before they are taken (the table never holds more than
+ * fairshare.max_tier_keys); the rows are built after the locks are
+ * released, since a tuplestore may spill to disk.
+ */
 Datum
 fs_tier_state(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo;
 	HASH_SEQ_STATUS seq;
 	FsTierEntry *entry;
+	FsTierEntry *copies;
+	int			ncopies = 0;
 	TimestampTz now;
 	int			i;
 
@@ -564,24 +573,33 @@ fs_tier_state(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	now = fs_now();
+	copies = palloc_extended(sizeof(FsTierEntry) * Max(fs_max_tier_keys, 1), MCXT_ALLOC_HUGE);
 
 	for (i = 0; i < FS_TIER_PARTITIONS; i++)
 		LWLockAcquire(&fs_tier_locks[i].lock, LW_SHARED);
 	hash_seq_init(&seq, fs_tier_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
 	{
-		FsQueue    *queue = fs_shared->queues[entry->key.queue_id];
-		FsTierEntry copy;
-		int			r;
-
-		if (queue->key.dboid != MyDatabaseId)
+		if (fs_shared->queues[entry->key.queue_id]->key.dboid != MyDatabaseId ||
+			ncopies >= fs_max_tier_keys)
 			continue;
 		SpinLockAcquire(&entry->mutex);
-		memcpy(&copy, entry, sizeof(copy));
+		memcpy(&copies[ncopies], entry, sizeof(FsTierEntry));
 		SpinLockRelease(&entry->mutex);
+		ncopies++;
+	}
+	for (i = FS_TIER_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_tier_locks[i].lock);
+
+	for (i = 0; i < ncopies; i++)
+	{
+		FsTierEntry *copy = &copies[i];
+		FsQueue    *queue = fs_shared->queues[copy->key.queue_id];
+		int			r;
+
 		for (r = 0; r < FS_TIER_MAX_RULES; r++)
 		{
-			FsTierWindow *w = &copy.windows[r];
+			FsTierWindow *w = &copy->windows[r];
 			Datum		values[7];
 			bool		nulls[7] = {false, false, false, false, false, false, false};
 			Interval   *window;
@@ -591,16 +609,15 @@ fs_tier_state(PG_FUNCTION_ARGS)
 			window = palloc0(sizeof(Interval));
 			window->time = w->window_usecs;
 			values[0] = CStringGetTextDatum(queue->key.name);
-			values[1] = CStringGetTextDatum(copy.key.tenant);
-			values[2] = CStringGetTextDatum(copy.key.job_class);
+			values[1] = CStringGetTextDatum(copy->key.tenant);
+			values[2] = CStringGetTextDatum(copy->key.job_class);
 			values[3] = Int32GetDatum(r + 1);
 			values[4] = IntervalPGetDatum(window);
 			values[5] = Float8GetDatum(fs_window_count(w, w->window_usecs, now, false));
-			values[6] = TimestampTzGetDatum(copy.touched_at);
+			values[6] = TimestampTzGetDatum(copy->touched_at);
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}
-	for (i = FS_TIER_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_tier_locks[i].lock);
+	pfree(copies);
 	return (Datum) 0;
 }
