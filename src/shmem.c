@@ -19,13 +19,16 @@
  *	  mode), or while the holder owns something that pins the entry: a slot
  *	  counted in slots_in_use, or an orphan lease counted in orphan_leases.
  *	  Eviction removes only entries where both are zero (checked under the
- *	  entry spinlock, with every partition lock held exclusively), so a lease
- *	  may keep a pointer to its tenant and use it after taking the lease's
- *	  own lock.  Whoever drops the last pin must not touch the entry again.
+ *	  entry spinlock, with the entry's partition lock held exclusively), so a
+ *	  lease may keep a pointer to its tenant and use it after taking the
+ *	  lease's own lock.  Whoever drops the last pin must not touch the entry
+ *	  again.
  *
- * 3. Eviction (shared memory full) takes evict_lock, then every tenant
- *	  partition lock EXCLUSIVE in ascending order.  Only on a miss with a full
- *	  table: never on the path of a tenant that already has an entry.
+ * 3. Eviction (shared memory full) takes evict_lock, lists idle entries
+ *	  with every tenant partition lock SHARED in ascending order, lets go,
+ *	  sorts, and removes each chosen entry under its own partition lock
+ *	  EXCLUSIVE.  Only on a miss with a full table: never on the path of a
+ *	  tenant that already has an entry.
  *
  * 4. Lease table (slots.c).  A partitioned dynahash with its own
  *	  FS_LEASE_PARTITIONS LWLocks, EXCLUSIVE for every change.  Sweeping
@@ -471,7 +474,7 @@ fs_tenant_is_idle(FsTenant *entry, TimestampTz now)
 
 typedef struct FsEvictCandidate
 {
-	FsTenant   *entry;
+	FsTenantKey key;
 	TimestampTz touched_at;
 } FsEvictCandidate;
 
@@ -484,6 +487,8 @@ fs_evict_candidate_cmp(const void *a, const void *b)
 	return (ta > tb) - (ta < tb);
 }
 
+static inline LWLock *fs_tenant_partition_lock(uint32 hashvalue);
+
 /*
  * Evict the least recently used idle entries (FS_EVICT_FRACTION of the
  * table).  Returns how many were evicted.
@@ -493,6 +498,14 @@ fs_evict_candidate_cmp(const void *a, const void *b)
  * failing on memory before any lock is taken, only one backend evicts at a
  * time (the others fail open meanwhile), and after a pass that found nothing
  * idle, no new pass starts for FS_EVICT_BACKOFF_USECS.
+ *
+ * Three steps, so that no lock is held for long and nothing is sorted under
+ * one: list the idle entries with every partition lock held SHARED (lookups
+ * of existing tenants go on; only new tenants wait for the scan), sort the
+ * list with no lock held, then remove the oldest one at a time, each under
+ * its own partition lock held EXCLUSIVE, after checking again that it is
+ * still there and still idle (rule 2: nobody holds a pointer to an entry
+ * without its partition lock or a pin).
  */
 static int
 fs_tenant_evict(TimestampTz now)
@@ -519,43 +532,58 @@ fs_tenant_evict(TimestampTz now)
 	want = Max(1, (int) (fs_max_tenants * FS_EVICT_FRACTION));
 
 	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_EXCLUSIVE);
-
+		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
 	hash_seq_init(&seq, fs_tenant_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
 	{
 		bool		idle;
+		TimestampTz touched_at;
 
 		SpinLockAcquire(&entry->mutex);
 		idle = fs_tenant_is_idle(entry, now);
+		touched_at = entry->touched_at;
 		SpinLockRelease(&entry->mutex);
 		if (idle && ncandidates < fs_max_tenants)
 		{
-			candidates[ncandidates].entry = entry;
-			candidates[ncandidates].touched_at = entry->touched_at;
+			candidates[ncandidates].key = entry->key;
+			candidates[ncandidates].touched_at = touched_at;
 			ncandidates++;
 		}
 	}
+	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 
 	if (ncandidates > want)
 		qsort(candidates, ncandidates, sizeof(FsEvictCandidate), fs_evict_candidate_cmp);
 
 	for (i = 0; i < ncandidates && evicted < want; i++)
 	{
-		FsTenantKey key = candidates[i].entry->key;
-		FsQueue    *queue = fs_shared->queues[key.queue_id];
+		const FsTenantKey *key = &candidates[i].key;
+		uint32		hashvalue = get_hash_value(fs_tenant_hash, key);
+		LWLock	   *lock = fs_tenant_partition_lock(hashvalue);
+		bool		idle = false;
 
-		if (hash_search(fs_tenant_hash, &key, HASH_REMOVE, NULL) != NULL)
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_FIND, NULL);
+		if (entry != NULL)
 		{
+			SpinLockAcquire(&entry->mutex);
+			idle = fs_tenant_is_idle(entry, now);
+			SpinLockRelease(&entry->mutex);
+		}
+		if (idle &&
+			hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_REMOVE, NULL) != NULL)
+		{
+			FsQueue    *queue = fs_shared->queues[key->queue_id];
+
 			evicted++;
 			SpinLockAcquire(&queue->mutex);
 			queue->tenants--;
 			SpinLockRelease(&queue->mutex);
 		}
+		LWLockRelease(lock);
 	}
 
-	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 	if (evicted == 0)
 		pg_atomic_write_u64(&fs_shared->evict_not_before, (uint64) (now + FS_EVICT_BACKOFF_USECS));
 	LWLockRelease(fs_shared->evict_lock);
