@@ -673,6 +673,10 @@ SELECT tenant FROM fs_claim('fe', NULL::fq_private.fe_jobs, 1);
 -- a cost that fails on a row
 SELECT queue, cost FROM fs_register_queue('fe', 'fq_private.fe_jobs', 't2', 'id', cost => '1 / (id - 1)');
 SELECT tenant FROM fs_claim('fe', NULL::fq_private.fe_jobs, 2);
+-- the triggers evaluate it too, when the row leaves the ready state
+DELETE FROM fq_private.fe_jobs WHERE id = 1;
+-- building the index evaluates the tenant on every row
+SELECT fs_register_queue('fe', 'fq_private.fe_jobs', '1 / (id - 1)', 'id');
 SELECT fs_unregister_queue('fe');
 DROP VIEW public.fe_row;
 DROP TABLE fq_private.fe_jobs;

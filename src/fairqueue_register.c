@@ -1215,6 +1215,34 @@ fs_drop_created_index(Oid indexoid, const char *queue_name)
 }
 
 /*
+ * Build the index a registration adds.  Building it evaluates the tenant,
+ * order and filter on every row: an error there (a row it fails on) is
+ * reported as the queue's, without the statement's text.
+ */
+static void
+fs_create_index(const char *queue, Oid ready_relid, const char *index_sql)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	FsFairDesc *desc = palloc0(sizeof(FsFairDesc));
+	FsQueryText *q = palloc0(sizeof(FsQueryText));
+
+	strlcpy(desc->queue_name, queue, FS_NAME_BUFLEN);
+	desc->ready_relid = ready_relid;
+	desc->ready_name = fs_qualified_name(ready_relid);
+	desc->ready_schema = pstrdup(quote_identifier(get_namespace_name(get_rel_namespace(ready_relid))));
+	q->sql = pstrdup(index_sql);
+	PG_TRY();
+	{
+		fs_spi(index_sql, 0, NULL, NULL, NULL, false);
+	}
+	PG_CATCH();
+	{
+		fs_fair_query_error(cxt, desc, q, "index");
+	}
+	PG_END_TRY();
+}
+
+/*
  * fs_register_queue(queue, ready_table, tenant, order_by, filter, key,
  *					 running_table, running_filter, running_key, cost,
  *					 charge_runtime, create_index, enqueued_at) RETURNS fs_fair_queues
@@ -1426,7 +1454,7 @@ fs_register_queue(PG_FUNCTION_ARGS)
 
 	if (index_sql != NULL && create_index)
 	{
-		fs_spi(index_sql, 0, NULL, NULL, NULL, false);
+		fs_create_index(queue, ready_relid, index_sql);
 		indexoid = get_relname_relid(index_name, namespace);
 		index_created = true;
 	}

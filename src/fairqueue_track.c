@@ -714,6 +714,17 @@ fs_trigger_data(FunctionCallInfo fcinfo, const char *name, bool row)
 }
 
 /*
+ * Error context of a trigger: an expression of a registration that fails
+ * on a row (a cost dividing by zero, say) names its queue.
+ */
+static void
+fs_trigger_error_callback(void *arg)
+{
+	errcontext("expressions of queue \"%s\", evaluated by fairshare's trigger",
+			   (const char *) arg);
+}
+
+/*
  * Evaluate a registration on a ready-table row: false if the row is not
  * ready; else true, with its tenant in `tenant` ("" if NULL or not a valid
  * tenant name).
@@ -793,12 +804,15 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_ready_trigger", true);
 	FsRelTriggers *rt;
 	int			i;
+	ErrorContextCallback errcb;
 
 	/* Not preloaded: nothing to keep (the queue is recounted when it is). */
 	if (fs_fair == NULL)
 		return PointerGetDatum(NULL);
 	rt = fs_fair_rel_triggers(td->tg_relation);
 
+	errcb.callback = fs_trigger_error_callback;
+	errcb.previous = error_context_stack;
 	for (i = 0; i < rt->nready; i++)
 	{
 		FsRelRole  *role = &rt->ready[i];
@@ -809,6 +823,8 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 
 		if (role->queue == NULL)
 			continue;			/* no room for the queue: claims fail open */
+		errcb.arg = role->queue_name;
+		error_context_stack = &errcb;
 		if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
 			new_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, new_tenant);
 		else if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
@@ -824,6 +840,7 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 			fs_ready_leave(role, rt->econtext, td->tg_trigslot, old_tenant);
 		if (new_in)
 			fs_delta_add(role->queue, new_tenant, 1, 0, 0);
+		error_context_stack = errcb.previous;
 		ResetExprContext(rt->econtext);
 	}
 	return PointerGetDatum(NULL);
@@ -893,17 +910,22 @@ fs_fair_running_trigger(PG_FUNCTION_ARGS)
 	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_running_trigger", true);
 	FsRelTriggers *rt;
 	int			i;
+	ErrorContextCallback errcb;
 
 	if (fs_fair == NULL)
 		return PointerGetDatum(NULL);
 	rt = fs_fair_rel_triggers(td->tg_relation);
 
+	errcb.callback = fs_trigger_error_callback;
+	errcb.previous = error_context_stack;
 	for (i = 0; i < rt->nrunning; i++)
 	{
 		FsRelRole  *role = &rt->running[i];
 
 		if (role->queue == NULL)
 			continue;
+		errcb.arg = role->queue_name;
+		error_context_stack = &errcb;
 		if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
 		{
 			if (fs_running_eval(role, rt->econtext, td->tg_trigslot))
@@ -932,6 +954,7 @@ fs_fair_running_trigger(PG_FUNCTION_ARGS)
 			if (!still)
 				fs_running_leave(role, rt->econtext, td->tg_trigslot);
 		}
+		error_context_stack = errcb.previous;
 		ResetExprContext(rt->econtext);
 	}
 	return PointerGetDatum(NULL);
