@@ -701,6 +701,24 @@ SELECT fs_unregister_queue('fp');
 DROP TABLE fp_jobs;
 DROP FUNCTION fq_alice_probe(text);
 
+-- A cancel (here a statement timeout) stops the recount of every queue: it is
+-- not turned into a warning about one queue while the others go on.
+CREATE FUNCTION fq_slow(t text) RETURNS text IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_sleep(30);
+    RETURN t;
+END $$;
+CREATE TABLE fs_slow_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('fs_slow', 'fs_slow_jobs', 'tenant', 'id');
+INSERT INTO fs_slow_jobs VALUES (1, 'a');
+SELECT queue FROM fs_register_queue('fs_slow', 'fs_slow_jobs', 'public.fq_slow(tenant)', 'id', create_index => false);
+SET statement_timeout = '1s';
+SELECT * FROM fs_resync() WHERE queue_name = 'fs_slow';
+RESET statement_timeout;
+SELECT fs_unregister_queue('fs_slow');
+DROP TABLE fs_slow_jobs;
+DROP FUNCTION fq_slow(text);
+
 REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) FROM fq_alice, fq_mallory;
 REVOKE ALL ON FUNCTION fs_unregister_queue(text) FROM fq_alice, fq_mallory;
 REVOKE CREATE ON SCHEMA public FROM fq_alice, fq_mallory;

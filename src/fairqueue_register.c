@@ -1741,6 +1741,7 @@ fs_q_begin(FsFairDesc *desc, FsQueryText *q, StringInfo buf)
 	q->sql = NULL;
 }
 
+/* Finish q's text. */
 static void
 fs_q_end(FsQueryText *q, StringInfo buf)
 {
@@ -1974,10 +1975,7 @@ fs_fair_query_error(MemoryContext cxt, const FsFairDesc *desc, const FsQueryText
 						"recount: of the table's owner); grant it USAGE on schema %s and EXECUTE "
 						"on the functions the registration's expressions call.",
 						desc->ready_schema ? desc->ready_schema : "of the table");
-	else if (category == ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION ||
-			 category == ERRCODE_UNDEFINED_TABLE ||
-			 edata->sqlerrcode == ERRCODE_UNDEFINED_COLUMN ||
-			 edata->sqlerrcode == ERRCODE_UNDEFINED_FUNCTION)
+	else if (category == ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION)
 		hint = psprintf("The table or a function the registration uses changed since; register "
 						"the queue again with fs_register_queue() after changing the table.");
 	else if (edata->hint != NULL)
