@@ -709,13 +709,13 @@ BEGIN
     RETURN t;
 END $$;
 CREATE TABLE fs_slow_jobs (id int PRIMARY KEY, tenant text NOT NULL);
-SELECT queue FROM fs_register_queue('fs_slow', 'fs_slow_jobs', 'tenant', 'id');
+SELECT queue FROM fs_register_queue('a_slow', 'fs_slow_jobs', 'tenant', 'id');
 INSERT INTO fs_slow_jobs VALUES (1, 'a');
-SELECT queue FROM fs_register_queue('fs_slow', 'fs_slow_jobs', 'public.fq_slow(tenant)', 'id', create_index => false);
+SELECT queue FROM fs_register_queue('a_slow', 'fs_slow_jobs', 'public.fq_slow(tenant)', 'id', create_index => false);
 SET statement_timeout = '1s';
-SELECT * FROM fs_resync() WHERE queue_name = 'fs_slow';
+SELECT * FROM fs_resync() WHERE queue_name = 'a_slow';
 RESET statement_timeout;
-SELECT fs_unregister_queue('fs_slow');
+SELECT fs_unregister_queue('a_slow');
 DROP TABLE fs_slow_jobs;
 DROP FUNCTION fq_slow(text);
 
