@@ -1949,6 +1949,30 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 }
 
 /*
+ * fs_fair_resync_count(), with an error of the count query reported by
+ * queue and piece, without the query (the recount's own cleanup is
+ * fs_fair_resync()'s).
+ */
+static bool
+fs_fair_resync_count_reported(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 *nat,
+							  uint64 *forget_gen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool counted = false;
+
+	PG_TRY();
+	{
+		counted = fs_fair_resync_count(desc, fq, at_p, nat, forget_gen);
+	}
+	PG_CATCH();
+	{
+		fs_fair_query_error(cxt, desc, &desc->count_q, "count query");
+	}
+	PG_END_TRY();
+	return counted;
+}
+
+/*
  * The second half of a recount: give every counted tenant an entry in the
  * fair order and adjust each tenant by what it was off at the snapshot.
  * Returns the ready rows counted, or -1 if the queue was forgotten meanwhile.
@@ -2098,30 +2122,6 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
  * no more than a background one does: it always counts the latest committed
  * state.
  */
-/*
- * fs_fair_resync_count(), with an error of the count query reported by
- * queue and piece, without the query (the recount's own cleanup is
- * fs_fair_resync()'s).
- */
-static bool
-fs_fair_resync_count_reported(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 *nat,
-							  uint64 *forget_gen)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool counted = false;
-
-	PG_TRY();
-	{
-		counted = fs_fair_resync_count(desc, fq, at_p, nat, forget_gen);
-	}
-	PG_CATCH();
-	{
-		fs_fair_query_error(cxt, desc, &desc->count_q, "count query");
-	}
-	PG_END_TRY();
-	return counted;
-}
-
 /* Both halves of a recount; false if the gate could not close. */
 static bool
 fs_fair_resync_run(FsFairDesc *desc, FsFairQueue *fq, int *tenants, int64 *total)
