@@ -563,6 +563,169 @@ REVOKE EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, t
 DROP ROLE fq_owner;
 
 -- ---------------------------------------------------------------------------
+-- Security: the key must identify one row.  Leases are released by key: rows
+-- sharing one, or with a NULL one, would keep theirs until they expire.
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE fk_jobs (id int PRIMARY KEY, job_id int, code text NOT NULL, ext int NOT NULL,
+                      tenant text NOT NULL);
+CREATE INDEX fk_jobs_job_id_plain ON fk_jobs (job_id);
+-- not unique
+SELECT fs_register_queue('fk', 'fk_jobs', 'tenant', 'id', key => 'job_id');
+-- unique, but NULL is allowed
+CREATE UNIQUE INDEX fk_jobs_job_id ON fk_jobs (job_id);
+SELECT fs_register_queue('fk', 'fk_jobs', 'tenant', 'id', key => 'job_id');
+-- unique among some rows only, deferrable, or together with another column
+CREATE UNIQUE INDEX fk_jobs_code_some ON fk_jobs (code) WHERE ext > 0;
+SELECT fs_register_queue('fk', 'fk_jobs', 'tenant', 'id', key => 'code');
+ALTER TABLE fk_jobs ADD CONSTRAINT fk_jobs_ext UNIQUE (ext) DEFERRABLE;
+SELECT fs_register_queue('fk', 'fk_jobs', 'tenant', 'id', key => 'ext');
+CREATE UNIQUE INDEX fk_jobs_ext_code ON fk_jobs (ext, code);
+SELECT fs_register_queue('fk', 'fk_jobs', 'tenant', 'id', key => 'code');
+-- an expression no index has, and one that can be NULL
+CREATE UNIQUE INDEX fk_jobs_nullif ON fk_jobs (nullif(code, ''));
+SELECT fs_register_queue('fk', 'fk_jobs', 'tenant', 'id', key => 'lower(code)');
+SELECT fs_register_queue('fk', 'fk_jobs', 'tenant', 'id', key => 'nullif(code, '''')');
+-- what is accepted: a NOT NULL column with a unique index, the same
+-- expression as a unique index, the primary key
+ALTER TABLE fk_jobs ALTER COLUMN job_id SET NOT NULL;
+SELECT queue, key FROM fs_register_queue('fk', 'fk_jobs', 'tenant', 'id', key => 'job_id');
+CREATE UNIQUE INDEX fk_jobs_lower ON fk_jobs (lower(code));
+SELECT queue, key FROM fs_register_queue('fk', 'fk_jobs', 'tenant', 'id', key => 'lower(code)');
+SELECT queue, key FROM fs_register_queue('fk', 'fk_jobs', 'tenant', 'id');
+SELECT fs_unregister_queue('fk');
+DROP TABLE fk_jobs;
+
+-- ---------------------------------------------------------------------------
+-- Security: roles that register, claim and list
+-- ---------------------------------------------------------------------------
+
+CREATE ROLE fq_alice;
+CREATE ROLE fq_mallory;
+GRANT CREATE ON SCHEMA public TO fq_alice, fq_mallory;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) TO fq_alice, fq_mallory;
+GRANT EXECUTE ON FUNCTION fs_unregister_queue(text) TO fq_alice, fq_mallory;
+
+-- A queue whose table was dropped still belongs to the role that registered
+-- it: another may not take the name over (nor unregister it).
+SET ROLE fq_alice;
+CREATE TABLE fa_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('fq_taken', 'fa_jobs', 'tenant', 'id');
+DROP TABLE fa_jobs;
+SET ROLE fq_mallory;
+CREATE TABLE fm_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('fq_taken', 'fm_jobs', 'tenant', 'id');
+SELECT fs_unregister_queue('fq_taken');
+RESET ROLE;
+SELECT queue, registered_by FROM fs_fair_queues WHERE queue = 'fq_taken';
+-- the registrant, or a role with its privileges, may
+GRANT fq_alice TO fq_mallory;
+SET ROLE fq_mallory;
+SELECT queue, ready_table, registered_by FROM fs_register_queue('fq_taken', 'fm_jobs', 'tenant', 'id');
+SELECT fs_unregister_queue('fq_taken');
+RESET ROLE;
+REVOKE fq_alice FROM fq_mallory;
+DROP TABLE fm_jobs;
+
+-- fs_ready_tenants() counts every ready row: a role that row-level security
+-- restricts may not list them (fs_claim() applies the policies).
+SET ROLE fq_alice;
+CREATE TABLE fr_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('fr', 'fr_jobs', 'tenant', 'id');
+INSERT INTO fr_jobs VALUES (1, 'visible'), (2, 'secret'), (3, 'secret');
+ALTER TABLE fr_jobs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fr_visible ON fr_jobs USING (tenant = 'visible');
+GRANT SELECT, UPDATE ON fr_jobs TO fq_mallory;
+RESET ROLE;
+SELECT fs_set_limit('*', 'fr', max_slots => 10);
+SET ROLE fq_alice;
+SELECT tenant, ready_rows FROM fs_ready_tenants('fr') ORDER BY tenant;
+SET ROLE fq_mallory;
+SELECT tenant, ready_rows FROM fs_ready_tenants('fr') ORDER BY tenant;
+SELECT tenant, (job).id FROM fs_claim('fr', NULL::fr_jobs, 10);
+SET ROLE fq_alice;
+SELECT fs_unregister_queue('fr');
+DROP TABLE fr_jobs;
+RESET ROLE;
+
+-- Errors of the queries fairshare builds name the queue and the piece of the
+-- registration, with a hint, and never show those queries.
+CREATE SCHEMA fq_private AUTHORIZATION fq_alice;
+SET ROLE fq_alice;
+CREATE TABLE fq_private.fe_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('fe', 'fq_private.fe_jobs', 'tenant', 'id');
+INSERT INTO fq_private.fe_jobs VALUES (1, 'a'), (2, 'b');
+GRANT SELECT, UPDATE ON fq_private.fe_jobs TO fq_mallory;
+CREATE VIEW public.fe_row AS SELECT NULL::fq_private.fe_jobs AS r;
+GRANT SELECT ON public.fe_row TO fq_mallory;
+SET ROLE fq_mallory;
+SELECT * FROM fs_claim('fe', (SELECT r FROM fe_row), 1);
+SELECT * FROM fs_ready_tenants('fe');
+SET ROLE fq_alice;
+SELECT tenant FROM fs_claim('fe', NULL::fq_private.fe_jobs, 1);
+SET ROLE fq_mallory;
+SELECT * FROM fs_claim('fe', (SELECT r FROM fe_row), 1);
+SET ROLE fq_alice;
+ALTER TABLE fq_private.fe_jobs RENAME COLUMN tenant TO t2;
+SELECT tenant FROM fs_claim('fe', NULL::fq_private.fe_jobs, 1);
+SELECT queue, tenant FROM fs_register_queue('fe', 'fq_private.fe_jobs', 't2', 'id');
+SELECT tenant FROM fs_claim('fe', NULL::fq_private.fe_jobs, 1);
+-- a cost that fails on a row
+SELECT queue, cost FROM fs_register_queue('fe', 'fq_private.fe_jobs', 't2', 'id', cost => '1 / (id - 1)');
+SELECT tenant FROM fs_claim('fe', NULL::fq_private.fe_jobs, 2);
+-- the triggers evaluate it too, when the row leaves the ready state
+DELETE FROM fq_private.fe_jobs WHERE id = 1;
+-- building the index evaluates the tenant on every row
+SELECT fs_register_queue('fe', 'fq_private.fe_jobs', '1 / (id - 1)', 'id');
+SELECT fs_unregister_queue('fe');
+DROP VIEW public.fe_row;
+DROP TABLE fq_private.fe_jobs;
+RESET ROLE;
+DROP SCHEMA fq_private;
+
+-- Registration evaluates the table owner's code only as the owner: folding
+-- constants of the expressions (to compare them with the table's indexes)
+-- runs as the owner, as CREATE INDEX does, even when a superuser registers.
+SET ROLE fq_alice;
+CREATE FUNCTION fq_alice_probe(t text) RETURNS text IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE NOTICE 'fq_alice_probe runs as its owner: %', current_user = 'fq_alice';
+    RETURN t;
+END $$;
+CREATE TABLE fp_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+CREATE INDEX fp_jobs_tenant ON fp_jobs (tenant, id);
+RESET ROLE;
+SELECT queue FROM fs_register_queue('fp', 'fp_jobs', 'public.fq_alice_probe(''x'') || tenant', 'id',
+       create_index => false);
+SELECT fs_unregister_queue('fp');
+DROP TABLE fp_jobs;
+DROP FUNCTION fq_alice_probe(text);
+
+-- A cancel (here a statement timeout) stops the recount of every queue: it is
+-- not turned into a warning about one queue while the others go on.
+CREATE FUNCTION fq_slow(t text) RETURNS text IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_sleep(30);
+    RETURN t;
+END $$;
+CREATE TABLE fs_slow_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('a_slow', 'fs_slow_jobs', 'tenant', 'id');
+INSERT INTO fs_slow_jobs VALUES (1, 'a');
+SELECT queue FROM fs_register_queue('a_slow', 'fs_slow_jobs', 'public.fq_slow(tenant)', 'id', create_index => false);
+SET statement_timeout = '1s';
+SELECT * FROM fs_resync() WHERE queue_name = 'a_slow';
+RESET statement_timeout;
+SELECT fs_unregister_queue('a_slow');
+DROP TABLE fs_slow_jobs;
+DROP FUNCTION fq_slow(text);
+
+REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) FROM fq_alice, fq_mallory;
+REVOKE ALL ON FUNCTION fs_unregister_queue(text) FROM fq_alice, fq_mallory;
+REVOKE CREATE ON SCHEMA public FROM fq_alice, fq_mallory;
+DROP ROLE fq_alice;
+DROP ROLE fq_mallory;
+
+-- ---------------------------------------------------------------------------
 -- Unregistering removes the triggers and the index it made
 -- ---------------------------------------------------------------------------
 

@@ -664,7 +664,7 @@ COMMENT ON COLUMN fs_fair_queues.tenant IS 'expression over a ready row giving i
 COMMENT ON COLUMN fs_fair_queues.order_by IS 'order of a tenant''s rows (ORDER BY list)';
 COMMENT ON COLUMN fs_fair_queues.ready_filter IS 'the filter''s conjuncts that depend on the row alone: the backlog the triggers count, and the index predicate; NULL: every row';
 COMMENT ON COLUMN fs_fair_queues.claim_filter IS 'the filter''s other conjuncts (such as scheduled_at <= now()), checked when claiming only';
-COMMENT ON COLUMN fs_fair_queues.key IS 'expression identifying a ready row (by default its primary key)';
+COMMENT ON COLUMN fs_fair_queues.key IS 'expression identifying a ready row: a NOT NULL column or expression with a unique index on exactly it (by default the primary key)';
 COMMENT ON COLUMN fs_fair_queues.key_type IS 'type of key and running_key';
 COMMENT ON COLUMN fs_fair_queues.running_table IS 'table whose rows mark a claimed job as running: when the row leaves it, the lease is released; NULL: no automatic release';
 COMMENT ON COLUMN fs_fair_queues.running_filter IS 'which rows of running_table are running (NULL: every row)';
@@ -674,7 +674,7 @@ COMMENT ON COLUMN fs_fair_queues.charge_runtime IS 'charge the lease''s held tim
 COMMENT ON COLUMN fs_fair_queues.ready_index IS 'the index that serves claims (NULL: none was found or made)';
 COMMENT ON COLUMN fs_fair_queues.enqueued_at IS 'expression over a ready row giving when it became ready (timestamptz): the queue''s latency, for backpressure, is the age of its oldest ready row; NULL: not measured';
 COMMENT ON COLUMN fs_fair_queues.index_created IS 'fs_register_queue() created ready_index, and fs_unregister_queue() drops it';
-COMMENT ON COLUMN fs_fair_queues.registered_by IS 'role that registered the queue';
+COMMENT ON COLUMN fs_fair_queues.registered_by IS 'role that registered the queue: once its ready table is dropped, only this role (or a role with its privileges) may register the name again or unregister it';
 COMMENT ON COLUMN fs_fair_queues.registered_at IS 'when the queue was last registered';
 
 GRANT SELECT ON fs_fair_queues TO PUBLIC;
@@ -730,7 +730,7 @@ RETURNS fs_fair_queues
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_register_queue';
 COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) IS
-'registers (or re-registers) a ready table for fair dequeue: validates the SQL, adds triggers and, if none serves, an index; the caller must own the tables';
+'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
 REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) FROM PUBLIC;
 
 CREATE FUNCTION fs_unregister_queue(queue text)
@@ -738,7 +738,7 @@ RETURNS boolean
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_unregister_queue';
 COMMENT ON FUNCTION fs_unregister_queue(text) IS
-'removes a queue''s registration, its triggers and the index it created: true if it was registered';
+'removes a queue''s registration, its triggers and the index it created: true if it was registered; the caller must own its table, or, if the table was dropped, be the role that registered it';
 REVOKE ALL ON FUNCTION fs_unregister_queue(text) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
@@ -764,7 +764,7 @@ RETURNS TABLE (tenant text, ready_rows bigint, free_slots integer,
 LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 100
 AS 'MODULE_PATHNAME', 'fs_ready_tenants';
 COMMENT ON FUNCTION fs_ready_tenants(text, integer) IS
-'tenants of a registered queue with ready rows and free slots, in fair order: for an application''s own LATERAL ... FOR UPDATE SKIP LOCKED claim';
+'tenants of a registered queue with ready rows and free slots, in fair order: for an application''s own LATERAL ... FOR UPDATE SKIP LOCKED claim; needs SELECT on the table and a role row-level security does not restrict on it';
 
 CREATE FUNCTION fs_resync(queue text DEFAULT NULL)
 RETURNS TABLE (queue_name text, tenants integer, ready_rows bigint)

@@ -58,6 +58,7 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
@@ -1010,9 +1011,10 @@ static void
 fs_fair_measure_latency(FsFairDesc *desc, TimestampTz now)
 {
 	FsFairQueue *fq = desc->fq;
+	MemoryContext cxt = CurrentMemoryContext;
 	uint64		last;
 	int			nest;
-	int			ret;
+	volatile int ret = 0;
 
 	if (desc->latency_plan == NULL || fq == NULL || desc->queue == NULL ||
 		fs_backpressure_latency_ms == 0)
@@ -1023,9 +1025,17 @@ fs_fair_measure_latency(FsFairDesc *desc, TimestampTz now)
 	if (!pg_atomic_compare_exchange_u64(&fq->latency_sampled_at, &last, (uint64) now))
 		return;					/* another backend measures it */
 
-	nest = fs_search_path_begin();
-	ret = SPI_execute_plan(desc->latency_plan, NULL, NULL, true, 1);
-	fs_search_path_end(nest);
+	PG_TRY();
+	{
+		nest = fs_search_path_begin();
+		ret = SPI_execute_plan(desc->latency_plan, NULL, NULL, true, 1);
+		fs_search_path_end(nest);
+	}
+	PG_CATCH();
+	{
+		fs_fair_query_error(cxt, desc, &desc->latency_q, "latency query");
+	}
+	PG_END_TRY();
 	if (ret == SPI_OK_SELECT && SPI_processed == 1)
 	{
 		bool		isnull;
@@ -1120,18 +1130,34 @@ fs_claim_admit(FsQueue *queue, FsPlanTenant *pt, float8 budget_cost, int64 lease
 	return i;
 }
 
-/* Run a prepared plan in the caller's snapshot, with a fixed search_path. */
+/*
+ * Run a prepared plan of the queue in the caller's snapshot, with a fixed
+ * search_path; an error is reported by queue and piece, without the query.
+ */
 static void
-fs_claim_execute(SPIPlanPtr plan, Datum *values, const char *nulls, const char *what)
+fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum *values,
+				 const char *nulls, const char *what)
 {
-	int			nest = fs_search_path_begin();
-	int			ret;
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int ret = 0;
 
-	ret = SPI_execute_snapshot(plan, values, nulls, GetActiveSnapshot(), InvalidSnapshot,
-							   false, false, 0);
-	fs_search_path_end(nest);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "fair dequeue %s query failed: %s", what, SPI_result_code_string(ret));
+	PG_TRY();
+	{
+		int			nest = fs_search_path_begin();
+
+		ret = SPI_execute_snapshot(plan, values, nulls, GetActiveSnapshot(), InvalidSnapshot,
+								   false, false, 0);
+		fs_search_path_end(nest);
+		if (ret != SPI_OK_SELECT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("the query failed: %s", SPI_result_code_string(ret))));
+	}
+	PG_CATCH();
+	{
+		fs_fair_query_error(cxt, desc, q, what);
+	}
+	PG_END_TRY();
 }
 
 /*
@@ -1219,7 +1245,7 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 		held = fs_track_held_keys(desc);
 		values[2] = PointerGetDatum(held);
 		nulls[2] = held == NULL ? 'n' : ' ';
-		fs_claim_execute(desc->claim_plan, values, nulls, "claim");
+		fs_claim_execute(desc, &desc->claim_q, desc->claim_plan, values, nulls, "claim query");
 
 		tupdesc = SPI_tuptable->tupdesc;
 		for (r = 0; r < SPI_processed; r++)
@@ -1311,7 +1337,8 @@ fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	values[0] = Int64GetDatum(want);
 	values[1] = PointerGetDatum(held);
 	nulls[1] = held == NULL ? 'n' : ' ';
-	fs_claim_execute(desc->fifo_plan, values, nulls, "fail-open claim");
+	fs_claim_execute(desc, &desc->fifo_q, desc->fifo_plan, values, nulls,
+					 "fail-open claim query");
 	tupdesc = SPI_tuptable->tupdesc;
 	for (r = 0; r < SPI_processed; r++)
 	{
@@ -1484,6 +1511,7 @@ fs_claim(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to claim rows of %s", desc->ready_name),
 				 errhint("fs_claim() locks rows FOR UPDATE: it needs SELECT and UPDATE on the table.")));
+	fs_fair_check_schema_usage(desc, "fs_claim");
 
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
@@ -1621,6 +1649,25 @@ fs_ready_tenants(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to list the tenants of %s", desc->ready_name),
 				 errhint("fs_ready_tenants() needs SELECT on the queue's table.")));
+	fs_fair_check_schema_usage(desc, "fs_ready_tenants");
+
+	/*
+	 * The counts are of every ready row, whoever may see it: they are kept
+	 * by triggers and recounted as the table's owner.  A caller whom
+	 * row-level security restricts on the table would learn of tenants and
+	 * rows it hides, so only roles it does not apply to may list them (the
+	 * owner, unless the table forces it, a role with BYPASSRLS, or anyone on
+	 * a table without it).  fs_claim() queries as the caller and respects it.
+	 */
+	if (check_enable_rls(desc->ready_relid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to list the tenants of queue \"%s\": row-level security "
+						"restricts you on %s", desc->queue_name, desc->ready_name),
+				 errdetail("fs_ready_tenants() counts every ready row, including the rows the "
+						   "table's policies hide from you."),
+				 errhint("Call it as the table's owner or a role with BYPASSRLS, or claim with "
+						 "fs_claim(), which applies the policies.")));
 
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
@@ -1897,6 +1944,30 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 }
 
 /*
+ * fs_fair_resync_count(), with an error of the count query reported by
+ * queue and piece, without the query (the recount's own cleanup is
+ * fs_fair_resync()'s).
+ */
+static bool
+fs_fair_resync_count_reported(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 *nat,
+							  uint64 *forget_gen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool counted = false;
+
+	PG_TRY();
+	{
+		counted = fs_fair_resync_count(desc, fq, at_p, nat, forget_gen);
+	}
+	PG_CATCH();
+	{
+		fs_fair_query_error(cxt, desc, &desc->count_q, "count query");
+	}
+	PG_END_TRY();
+	return counted;
+}
+
+/*
  * The second half of a recount: give every counted tenant an entry in the
  * fair order and adjust each tenant by what it was off at the snapshot.
  * Returns the ready rows counted, or -1 if the queue was forgotten meanwhile.
@@ -2054,7 +2125,7 @@ fs_fair_resync_run(FsFairDesc *desc, FsFairQueue *fq, int *tenants, int64 *total
 	int32		nat = 0;
 	uint64		forget_gen = 0;
 
-	if (!fs_fair_resync_count(desc, fq, &at, &nat, &forget_gen))
+	if (!fs_fair_resync_count_reported(desc, fq, &at, &nat, &forget_gen))
 		return false;
 	*total = fs_fair_resync_apply(desc, fq, at, nat, forget_gen, tenants);
 	return true;
@@ -2140,6 +2211,9 @@ fs_fair_resync_guarded(const char *queue_name, bool owned_only, int *tenants, in
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(context);
 		CurrentResourceOwner = owner;
+		/* A cancel or shutdown stops the recount of every queue. */
+		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION)
+			ReThrowError(edata);
 		ereport(WARNING,
 				(errcode(edata->sqlerrcode),
 				 errmsg("could not recount queue \"%s\": %s", queue_name, edata->message),

@@ -147,6 +147,28 @@ typedef struct FsClaimEntry
 } FsClaimEntry;
 
 /*
+ * The text of a query fairshare built from a registration, and which piece
+ * of the registration (tenant, order_by, filter, key, ...) each part of it
+ * came from, by byte offsets: an error at a position in it is reported by
+ * piece and queue, without the query (fs_fair_query_error()).
+ */
+#define FS_QUERY_MAX_SPANS		16
+
+typedef struct FsQuerySpan
+{
+	int			start;
+	int			end;
+	const char *piece;			/* a static string */
+} FsQuerySpan;
+
+typedef struct FsQueryText
+{
+	char	   *sql;
+	int			nspans;
+	FsQuerySpan spans[FS_QUERY_MAX_SPANS];
+} FsQueryText;
+
+/*
  * A registration as a backend uses it (fs_fair_queues row, compiled).  The
  * SQL texts are the canonical forms stored at registration: every name
  * outside pg_catalog qualified, to be parsed with search_path pg_catalog.
@@ -161,6 +183,7 @@ typedef struct FsFairDesc
 	Oid			running_relid;	/* InvalidOid: no automatic release */
 	Oid			row_type;		/* of the ready table */
 	char	   *ready_name;		/* quoted, qualified */
+	char	   *ready_schema;	/* quoted */
 	char	   *tenant;
 	char	   *order_by;
 	char	   *ready_filter;	/* NULL: every row */
@@ -178,6 +201,10 @@ typedef struct FsFairDesc
 	SPIPlanPtr	fifo_plan;
 	SPIPlanPtr	count_plan;
 	SPIPlanPtr	latency_plan;	/* min(enqueued_at) of the ready rows */
+	FsQueryText claim_q;		/* the texts of the four plans */
+	FsQueryText fifo_q;
+	FsQueryText count_q;
+	FsQueryText latency_q;
 } FsFairDesc;
 
 /* One registration as the triggers of one relation see it. */
@@ -256,6 +283,9 @@ extern FsFairDesc *fs_fair_desc(const char *queue_name, bool missing_ok);
 extern FsRelTriggers *fs_fair_rel_triggers(Relation rel);
 extern List *fs_fair_registered_queues(void);
 extern void fs_fair_check_owner(Oid relid, const char *queue_name);
+extern void fs_fair_check_schema_usage(FsFairDesc *desc, const char *function);
+extern void fs_fair_query_error(MemoryContext cxt, const FsFairDesc *desc,
+								const FsQueryText *q, const char *what) pg_attribute_noreturn();
 extern void fs_fair_register_init(void);
 extern void fs_fair_invalidate_all(void);
 

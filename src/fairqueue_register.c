@@ -51,9 +51,11 @@
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "optimizer/clauses.h"
 #include "optimizer/optimizer.h"
 #include "parser/parse_coerce.h"
 #include "parser/parse_collate.h"
@@ -61,6 +63,7 @@
 #include "parser/parse_relation.h"
 #include "parser/parser.h"
 #include "catalog/indexing.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
@@ -569,6 +572,76 @@ fs_fair_check_owner(Oid relid, const char *queue_name)
 				 errhint("Run it as the table's owner (or a superuser).")));
 }
 
+/*
+ * May the current user replace or remove the existing registration `old` of
+ * queue_name?  While its ready table exists, whoever owns that table may (as
+ * for registering it); once the table is gone nobody owns the name, so only
+ * the role that registered it (or a role with its privileges, a superuser
+ * among them) may, or another role could take the name over.  `action` is
+ * "unregister it" or "register it again".
+ */
+static void
+fs_check_may_replace(HeapTuple old, TupleDesc old_desc, const char *queue_name,
+					 const char *action)
+{
+	bool		isnull;
+	Datum		d;
+	Oid			ready_relid;
+	Oid			registered_by;
+
+	d = SPI_getbinval(old, old_desc, SPI_fnumber(old_desc, "ready_table"), &isnull);
+	ready_relid = isnull ? InvalidOid : DatumGetObjectId(d);
+	if (OidIsValid(ready_relid) && get_rel_name(ready_relid) != NULL)
+	{
+		fs_fair_check_owner(ready_relid, queue_name);
+		return;
+	}
+	d = SPI_getbinval(old, old_desc, SPI_fnumber(old_desc, "registered_by"), &isnull);
+	registered_by = isnull ? InvalidOid : DatumGetObjectId(d);
+	if (!(OidIsValid(registered_by) && has_privs_of_role(GetUserId(), registered_by)) &&
+		!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be the role that registered queue \"%s\" to %s",
+						queue_name, action),
+				 errhint("Its table no longer exists: only the role that registered it (or a "
+						 "superuser) may unregister it with fs_unregister_queue(); register your "
+						 "table under another queue name.")));
+}
+
+/*
+ * Switch to the owner of `rel` in a security-restricted operation, with GUC
+ * changes confined, as CREATE INDEX does while it evaluates index
+ * expressions: registration folds constant subexpressions (which runs
+ * immutable functions, possibly the table owner's) to compare them with the
+ * table's indexes, and that must not run them with the caller's rights when
+ * a superuser registers another role's table.  Undone by fs_as_owner_end()
+ * or, on error, by transaction abort.
+ */
+typedef struct FsAsOwner
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			nest;
+} FsAsOwner;
+
+static void
+fs_as_owner_begin(FsAsOwner *s, Relation rel)
+{
+	GetUserIdAndSecContext(&s->save_userid, &s->save_sec_context);
+	SetUserIdAndSecContext(rel->rd_rel->relowner,
+						   s->save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	s->nest = NewGUCNestLevel();
+}
+
+static void
+fs_as_owner_end(FsAsOwner *s)
+{
+	AtEOXact_GUC(false, s->nest);
+	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
+}
+
 static Relation
 fs_open_table(Oid relid, const char *what, const char *queue_name)
 {
@@ -717,6 +790,75 @@ fs_find_index(Relation rel, Node *tenant, List *order, List *ready_quals)
 			return indexoid;
 	}
 	return InvalidOid;
+}
+
+/*
+ * Can `expr` (over the columns of rel) be NULL?  Not if every column it
+ * reads is NOT NULL and nothing in it turns non-null input into NULL
+ * (no non-strict function, CASE, COALESCE, NULLIF and the like).
+ */
+static bool
+fs_expr_not_null(Relation rel, Node *expr)
+{
+	Bitmapset  *attrs = NULL;
+	int			a = -1;
+
+	if (contain_nonstrict_functions(expr))
+		return false;
+	pull_varattnos(expr, 1, &attrs);
+	if (bms_is_empty(attrs))
+		return false;
+	while ((a = bms_next_member(attrs, a)) >= 0)
+	{
+		AttrNumber	attno = a + FirstLowInvalidHeapAttributeNumber;
+
+		if (attno <= 0 || !TupleDescAttr(RelationGetDescr(rel), attno - 1)->attnotnull)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Is the key guaranteed to identify one row?  The claim map releases a
+ * claimed row's lease by its key: rows sharing a key, or with a NULL key,
+ * would keep their leases until they expire.  Only a unique index says so:
+ * valid, not partial, not deferrable, on exactly the key (the same column,
+ * or the same expression), with the key never NULL (its columns NOT NULL;
+ * a primary key's are).  Run as the table's owner (it folds expressions).
+ */
+static bool
+fs_key_is_unique(Relation rel, Node *key)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	Node	   *core = fs_strip_relabel(key);
+	Node	   *normalized = NULL;
+	ListCell   *lc;
+
+	foreach(lc, indexes)
+	{
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index ind = idx->rd_index;
+		bool		ok;
+
+		ok = ind->indisunique && ind->indimmediate && ind->indisvalid && ind->indisready &&
+			ind->indislive && ind->indnkeyatts == 1 && RelationGetIndexPredicate(idx) == NIL;
+		if (ok && ind->indkey.values[0] != 0)
+			ok = IsA(core, Var) && ((Var *) core)->varattno == ind->indkey.values[0] &&
+				TupleDescAttr(RelationGetDescr(rel), ind->indkey.values[0] - 1)->attnotnull;
+		else if (ok)
+		{
+			List	   *exprs = RelationGetIndexExpressions(idx);
+
+			if (normalized == NULL)
+				normalized = fs_normalize(key);
+			ok = exprs != NIL && equal(fs_normalize(linitial(exprs)), normalized) &&
+				fs_expr_not_null(rel, normalized);
+		}
+		index_close(idx, AccessShareLock);
+		if (ok)
+			return true;
+	}
+	return false;
 }
 
 static char *
@@ -1046,6 +1188,34 @@ fs_drop_created_index(Oid indexoid, const char *queue_name)
 }
 
 /*
+ * Build the index a registration adds.  Building it evaluates the tenant,
+ * order and filter on every row: an error there (a row it fails on) is
+ * reported as the queue's, without the statement's text.
+ */
+static void
+fs_create_index(const char *queue, Oid ready_relid, const char *index_sql)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	FsFairDesc *desc = palloc0(sizeof(FsFairDesc));
+	FsQueryText *q = palloc0(sizeof(FsQueryText));
+
+	strlcpy(desc->queue_name, queue, FS_NAME_BUFLEN);
+	desc->ready_relid = ready_relid;
+	desc->ready_name = fs_qualified_name(ready_relid);
+	desc->ready_schema = pstrdup(quote_identifier(get_namespace_name(get_rel_namespace(ready_relid))));
+	q->sql = pstrdup(index_sql);
+	PG_TRY();
+	{
+		fs_spi(index_sql, 0, NULL, NULL, NULL, false);
+	}
+	PG_CATCH();
+	{
+		fs_fair_query_error(cxt, desc, q, "index");
+	}
+	PG_END_TRY();
+}
+
+/*
  * fs_register_queue(queue, ready_table, tenant, order_by, filter, key,
  *					 running_table, running_filter, running_key, cost,
  *					 charge_runtime, create_index, enqueued_at) RETURNS fs_fair_queues
@@ -1092,6 +1262,8 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	Oid			key_type;
 	Oid			indexoid;
 	bool		index_created = false;
+	bool		key_unique;
+	FsAsOwner	as_owner;
 	Oid			old_ready = InvalidOid;
 	Oid			old_running = InvalidOid;
 	Oid			old_index = InvalidOid;
@@ -1158,8 +1330,7 @@ fs_register_queue(PG_FUNCTION_ARGS)
 		old_index_created = DatumGetBool(SPI_getbinval(old, old_desc,
 													   SPI_fnumber(old_desc, "index_created"),
 													   &isnull));
-		if (get_rel_name(old_ready) != NULL)
-			fs_fair_check_owner(old_ready, queue);
+		fs_check_may_replace(old, old_desc, queue, "register it again");
 	}
 
 	/* Parsed with the caller's search_path: names mean what the caller means. */
@@ -1218,8 +1389,28 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	if (running_key != NULL)
 		c_running_key = fs_deparse(running_key, running);
 
-	/* The index the claim query walks. */
-	indexoid = fs_find_index(ready, tenant, order, ready_quals);
+	/*
+	 * The key must tell rows apart, and the index the claim query walks.
+	 * Both compare the registration's expressions with the table's indexes
+	 * (folding constants), as the table's owner.
+	 */
+	fs_as_owner_begin(&as_owner, ready);
+	key_unique = fs_key_is_unique(ready, key);
+	indexoid = key_unique ? fs_find_index(ready, tenant, order, ready_quals) : InvalidOid;
+	fs_as_owner_end(&as_owner);
+	if (!key_unique)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key \"%s\" of queue \"%s\" is not guaranteed to be unique and not null",
+						c_key, queue),
+				 errdetail("A claimed row's lease is released by its key: rows sharing a key, or "
+						   "with a NULL key, would keep their leases until they expire."),
+				 errhint("Use the primary key (leave key out), or a key with a unique index on "
+						 "exactly it and NOT NULL columns, for example: CREATE UNIQUE INDEX ON %s "
+						 "(%s); ALTER TABLE %s ALTER COLUMN ... SET NOT NULL.",
+						 fs_qualified_name(ready_relid),
+						 IsA(fs_strip_relabel(key), Var) ? c_key : psprintf("(%s)", c_key),
+						 fs_qualified_name(ready_relid))));
 	if (!OidIsValid(indexoid))
 	{
 		index_name = ChooseRelationName(RelationGetRelationName(ready), NULL, "fs_fair",
@@ -1236,7 +1427,7 @@ fs_register_queue(PG_FUNCTION_ARGS)
 
 	if (index_sql != NULL && create_index)
 	{
-		fs_spi(index_sql, 0, NULL, NULL, NULL, false);
+		fs_create_index(queue, ready_relid, index_sql);
 		indexoid = get_relname_relid(index_name, namespace);
 		index_created = true;
 	}
@@ -1346,14 +1537,7 @@ fs_unregister_queue(PG_FUNCTION_ARGS)
 	index_created = DatumGetBool(SPI_getbinval(old, old_desc,
 											   SPI_fnumber(old_desc, "index_created"), &isnull));
 
-	if (get_rel_name(ready_relid) != NULL)
-		fs_fair_check_owner(ready_relid, queue);
-	else if (!superuser() &&
-			 fs_row_oid(old, old_desc, "registered_by") != GetUserId())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be the role that registered queue \"%s\" to unregister it", queue),
-				 errhint("Its table no longer exists; ask a superuser.")));
+	fs_check_may_replace(old, old_desc, queue, "unregister it");
 
 	values[0] = CStringGetTextDatum(queue);
 	fs_spi_as_extension_owner(psprintf("DELETE FROM %s.fs_fair_queues WHERE queue = $1",
@@ -1434,16 +1618,34 @@ fs_fair_invalidate_all(void)
 	fs_invalidate_caches(InvalidOid);
 }
 
+/*
+ * Prepare one of a queue's queries.  An error (a column the registration
+ * uses was renamed, no USAGE on the table's schema, ...) is reported by
+ * fs_fair_query_error(): by queue and piece, without the query's text.
+ */
 static SPIPlanPtr
-fs_prepare(const char *sql, int nargs, Oid *argtypes)
+fs_prepare(FsFairDesc *desc, FsQueryText *q, int nargs, Oid *argtypes, const char *what)
 {
-	int			nest = fs_search_path_begin();
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+	MemoryContext cxt = CurrentMemoryContext;
+	SPIPlanPtr	volatile plan = NULL;
 
-	fs_search_path_end(nest);
-	if (plan == NULL)
-		elog(ERROR, "could not prepare fair dequeue query (%s): %s",
-			 SPI_result_code_string(SPI_result), sql);
+	PG_TRY();
+	{
+		int			nest = fs_search_path_begin();
+
+		plan = SPI_prepare(q->sql, nargs, argtypes);
+		fs_search_path_end(nest);
+		if (plan == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not prepare the query: %s",
+							SPI_result_code_string(SPI_result))));
+	}
+	PG_CATCH();
+	{
+		fs_fair_query_error(cxt, desc, q, what);
+	}
+	PG_END_TRY();
 	SPI_keepplan(plan);
 	return plan;
 }
@@ -1460,6 +1662,10 @@ fs_desc_free(FsFairDesc *desc)
 	if (desc->latency_plan)
 		SPI_freeplan(desc->latency_plan);
 	desc->claim_plan = desc->fifo_plan = desc->count_plan = desc->latency_plan = NULL;
+	memset(&desc->claim_q, 0, sizeof(FsQueryText));
+	memset(&desc->fifo_q, 0, sizeof(FsQueryText));
+	memset(&desc->count_q, 0, sizeof(FsQueryText));
+	memset(&desc->latency_q, 0, sizeof(FsQueryText));
 	if (desc->cxt)
 		MemoryContextDelete(desc->cxt);
 	desc->cxt = NULL;
@@ -1473,18 +1679,96 @@ fs_getvalue(HeapTuple tuple, TupleDesc desc, const char *column, MemoryContext c
 	return value ? MemoryContextStrdup(cxt, value) : NULL;
 }
 
-/* " AND (f)" for each filter present. */
-static char *
-fs_where_tail(FsFairDesc *desc, bool with_claim_filter)
+/* Append SQL of fairshare's own to q's text. */
+static void
+fs_q_sql(StringInfo buf, const char *sql)
 {
-	StringInfoData buf;
+	appendStringInfoString(buf, sql);
+}
 
-	initStringInfo(&buf);
+/* Append `text`, which is the registration's `piece`, to q's text. */
+static void
+fs_q_piece(FsQueryText *q, StringInfo buf, const char *piece, const char *text)
+{
+	int			start = buf->len;
+
+	appendStringInfoString(buf, text);
+	if (q->nspans < FS_QUERY_MAX_SPANS)
+	{
+		q->spans[q->nspans].start = start;
+		q->spans[q->nspans].end = buf->len;
+		q->spans[q->nspans].piece = piece;
+		q->nspans++;
+	}
+}
+
+/* Start q's text (in the desc's memory). */
+static void
+fs_q_begin(FsFairDesc *desc, FsQueryText *q, StringInfo buf)
+{
+	MemoryContext old = MemoryContextSwitchTo(desc->cxt);
+
+	initStringInfo(buf);
+	MemoryContextSwitchTo(old);
+	q->nspans = 0;
+	q->sql = NULL;
+}
+
+/* Finish q's text. */
+static void
+fs_q_end(FsQueryText *q, StringInfo buf)
+{
+	q->sql = buf->data;
+}
+
+/* " AND (f)" for each filter present. */
+static void
+fs_q_where_tail(FsFairDesc *desc, FsQueryText *q, StringInfo buf, bool with_claim_filter)
+{
 	if (desc->ready_filter)
-		appendStringInfo(&buf, " AND (%s)", desc->ready_filter);
+	{
+		fs_q_sql(buf, " AND (");
+		fs_q_piece(q, buf, "filter", desc->ready_filter);
+		fs_q_sql(buf, ")");
+	}
 	if (with_claim_filter && desc->claim_filter)
-		appendStringInfo(&buf, " AND (%s)", desc->claim_filter);
-	return buf.data;
+	{
+		fs_q_sql(buf, " AND (");
+		fs_q_piece(q, buf, "filter", desc->claim_filter);
+		fs_q_sql(buf, ")");
+	}
+}
+
+/* "(cost)::float8", or NULL::float8 without a cost. */
+static void
+fs_q_cost(FsFairDesc *desc, FsQueryText *q, StringInfo buf)
+{
+	if (desc->cost == NULL)
+	{
+		fs_q_sql(buf, "NULL::pg_catalog.float8");
+		return;
+	}
+	fs_q_sql(buf, "((");
+	fs_q_piece(q, buf, "cost", desc->cost);
+	fs_q_sql(buf, "))::pg_catalog.float8");
+}
+
+/* "FROM <ready table> fairshare_row" */
+static void
+fs_q_from(FsFairDesc *desc, FsQueryText *q, StringInfo buf)
+{
+	fs_q_sql(buf, " FROM ");
+	fs_q_piece(q, buf, "ready_table", desc->ready_name);
+	fs_q_sql(buf, " " FS_ROW_ALIAS);
+}
+
+/* "(<piece>)" */
+static void
+fs_q_paren(FsQueryText *q, StringInfo buf, const char *piece, const char *text)
+{
+	fs_q_sql(buf, "(");
+	fs_q_piece(q, buf, piece, text);
+	fs_q_sql(buf, ")");
 }
 
 /*
@@ -1499,6 +1783,8 @@ fs_where_tail(FsFairDesc *desc, bool with_claim_filter)
  * tenant that holds most of the table (its statistics say every row
  * matches); as a range, only the (tenant, order) index gives the order, so
  * each probe reads just the rows it returns.
+ *
+ * Each text records which piece of the registration each part came from.
  */
 static void
 fs_desc_prepare(FsFairDesc *desc)
@@ -1506,38 +1792,209 @@ fs_desc_prepare(FsFairDesc *desc)
 	Oid			keys_type = get_array_type(desc->key_type);
 	Oid			claim_types[3] = {TEXTARRAYOID, INT4ARRAYOID, keys_type};
 	Oid			fifo_types[2] = {INT8OID, keys_type};
-	char	   *cost = desc->cost ? psprintf("((%s))::pg_catalog.float8", desc->cost) :
-		"NULL::pg_catalog.float8";
+	StringInfoData buf;
+	FsQueryText *q;
 
-	desc->claim_plan = fs_prepare(psprintf(
-		"SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
-		"  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.int4[]))"
-		"       WITH ORDINALITY AS p(fs_tenant, fs_n, fs_ord)"
-		" CROSS JOIN LATERAL ("
-		"   SELECT (%s) AS fs_key, %s AS fs_cost, " FS_ROW_ALIAS " AS fs_row"
-		"     FROM %s " FS_ROW_ALIAS
-		"    WHERE (%s) OPERATOR(pg_catalog.>=) p.fs_tenant"
-		"      AND (%s) OPERATOR(pg_catalog.<=) p.fs_tenant%s"
-		"      AND ($3 IS NULL OR (%s) <> ALL ($3))"
-		"    ORDER BY (%s), %s"
-		"    LIMIT p.fs_n"
-		"      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s",
-		desc->key, cost, desc->ready_name, desc->tenant, desc->tenant,
-		fs_where_tail(desc, true), desc->key, desc->tenant, desc->order_by), 3, claim_types);
-	desc->fifo_plan = fs_prepare(psprintf(
-		"SELECT (%s) AS fs_tenant, (%s) AS fs_key, %s AS fs_cost, " FS_ROW_ALIAS " AS fs_row"
-		"  FROM %s " FS_ROW_ALIAS " WHERE ($2 IS NULL OR (%s) <> ALL ($2))%s"
-		" ORDER BY %s LIMIT $1 FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED",
-		desc->tenant, desc->key, cost, desc->ready_name, desc->key, fs_where_tail(desc, true),
-		desc->order_by), 2, fifo_types);
-	desc->count_plan = fs_prepare(psprintf(
-		"SELECT (%s) AS fs_tenant, pg_catalog.count(*) FROM %s " FS_ROW_ALIAS
-		" WHERE true%s GROUP BY 1",
-		desc->tenant, desc->ready_name, fs_where_tail(desc, false)), 0, NULL);
+	q = &desc->claim_q;
+	fs_q_begin(desc, q, &buf);
+	fs_q_sql(&buf, "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
+			 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
+			 " pg_catalog.unnest($2::pg_catalog.int4[]))"
+			 "       WITH ORDINALITY AS p(fs_tenant, fs_n, fs_ord)"
+			 " CROSS JOIN LATERAL ("
+			 "   SELECT ");
+	fs_q_paren(q, &buf, "key", desc->key);
+	fs_q_sql(&buf, " AS fs_key, ");
+	fs_q_cost(desc, q, &buf);
+	fs_q_sql(&buf, " AS fs_cost, " FS_ROW_ALIAS " AS fs_row");
+	fs_q_from(desc, q, &buf);
+	fs_q_sql(&buf, "    WHERE ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.>=) p.fs_tenant AND ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) p.fs_tenant");
+	fs_q_where_tail(desc, q, &buf, true);
+	fs_q_sql(&buf, "      AND ($3 IS NULL OR ");
+	fs_q_paren(q, &buf, "key", desc->key);
+	fs_q_sql(&buf, " <> ALL ($3))    ORDER BY ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, ", ");
+	fs_q_piece(q, &buf, "order_by", desc->order_by);
+	fs_q_sql(&buf, "    LIMIT p.fs_n      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s");
+	fs_q_end(q, &buf);
+	desc->claim_plan = fs_prepare(desc, q, 3, claim_types, "claim query");
+
+	q = &desc->fifo_q;
+	fs_q_begin(desc, q, &buf);
+	fs_q_sql(&buf, "SELECT ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, " AS fs_tenant, ");
+	fs_q_paren(q, &buf, "key", desc->key);
+	fs_q_sql(&buf, " AS fs_key, ");
+	fs_q_cost(desc, q, &buf);
+	fs_q_sql(&buf, " AS fs_cost, " FS_ROW_ALIAS " AS fs_row");
+	fs_q_from(desc, q, &buf);
+	fs_q_sql(&buf, " WHERE ($2 IS NULL OR ");
+	fs_q_paren(q, &buf, "key", desc->key);
+	fs_q_sql(&buf, " <> ALL ($2))");
+	fs_q_where_tail(desc, q, &buf, true);
+	fs_q_sql(&buf, " ORDER BY ");
+	fs_q_piece(q, &buf, "order_by", desc->order_by);
+	fs_q_sql(&buf, " LIMIT $1 FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED");
+	fs_q_end(q, &buf);
+	desc->fifo_plan = fs_prepare(desc, q, 2, fifo_types, "fail-open claim query");
+
+	q = &desc->count_q;
+	fs_q_begin(desc, q, &buf);
+	fs_q_sql(&buf, "SELECT ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, " AS fs_tenant, pg_catalog.count(*)");
+	fs_q_from(desc, q, &buf);
+	fs_q_sql(&buf, " WHERE true");
+	fs_q_where_tail(desc, q, &buf, false);
+	fs_q_sql(&buf, " GROUP BY 1");
+	fs_q_end(q, &buf);
+	desc->count_plan = fs_prepare(desc, q, 0, NULL, "count query");
+
 	if (desc->enqueued_at != NULL)
-		desc->latency_plan = fs_prepare(psprintf(
-			"SELECT pg_catalog.min(%s) FROM %s " FS_ROW_ALIAS " WHERE true%s",
-			desc->enqueued_at, desc->ready_name, fs_where_tail(desc, true)), 0, NULL);
+	{
+		q = &desc->latency_q;
+		fs_q_begin(desc, q, &buf);
+		fs_q_sql(&buf, "SELECT pg_catalog.min(");
+		fs_q_piece(q, &buf, "enqueued_at", desc->enqueued_at);
+		fs_q_sql(&buf, ")");
+		fs_q_from(desc, q, &buf);
+		fs_q_sql(&buf, " WHERE true");
+		fs_q_where_tail(desc, q, &buf, true);
+		fs_q_end(q, &buf);
+		desc->latency_plan = fs_prepare(desc, q, 0, NULL, "latency query");
+	}
+}
+
+/* The piece of the registration at 1-based character `pos` of q's text. */
+static const char *
+fs_query_piece(const FsQueryText *q, int pos)
+{
+	const char *p = q->sql;
+	int			offset;
+	int			i;
+
+	while (*p != '\0' && pos > 1)
+	{
+		p += pg_mblen(p);
+		pos--;
+	}
+	offset = p - q->sql;
+	for (i = 0; i < q->nspans; i++)
+		if (offset >= q->spans[i].start && offset < q->spans[i].end)
+			return q->spans[i].piece;
+	return NULL;
+}
+
+/*
+ * Report the error being handled (call it in a PG_CATCH block, with the
+ * memory context that was current at PG_TRY) as an error of queue `desc`'s
+ * `what` ("claim query", ...) and, when its position says so, of the piece
+ * of the registration: fairshare's query text, its positions in it and the
+ * context line quoting it are left out.  The SQLSTATE, detail and the
+ * error's fields are kept; user code's own context lines too.  A cancel or
+ * other interruption keeps its message.  Only copies strings: nothing here
+ * touches the database before the error propagates.
+ */
+void
+fs_fair_query_error(MemoryContext cxt, const FsFairDesc *desc, const FsQueryText *q,
+					const char *what)
+{
+	ErrorData  *edata;
+	const char *piece = NULL;
+	const char *hint = NULL;
+	char	   *inner = NULL;
+	bool		ours;
+	int			category;
+	bool		interruption;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+
+	ours = q != NULL && q->sql != NULL && edata->internalquery != NULL &&
+		strcmp(edata->internalquery, q->sql) == 0;
+	if (ours && edata->internalpos > 0)
+		piece = fs_query_piece(q, edata->internalpos);
+
+	/* Context lines inside our query (user functions) stay; ours does not. */
+	if (edata->context != NULL && q != NULL && q->sql != NULL)
+	{
+		char	   *at = strstr(edata->context, q->sql);
+
+		if (at != NULL)
+		{
+			while (at > edata->context && at[-1] != '\n')
+				at--;
+			if (at > edata->context + 1)
+				inner = pnstrdup(edata->context, at - edata->context - 1);
+		}
+	}
+
+	category = ERRCODE_TO_CATEGORY(edata->sqlerrcode);
+	interruption = category == ERRCODE_OPERATOR_INTERVENTION ||
+		category == ERRCODE_INSUFFICIENT_RESOURCES ||
+		category == ERRCODE_TRANSACTION_ROLLBACK ||
+		category == ERRCODE_PROGRAM_LIMIT_EXCEEDED ||
+		category == ERRCODE_SYSTEM_ERROR ||
+		category == ERRCODE_INTERNAL_ERROR;
+	if (edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE)
+		hint = psprintf("The queue's queries run with the rights of the role that claims (a "
+						"recount: of the table's owner); grant it USAGE on schema %s and EXECUTE "
+						"on the functions the registration's expressions call.",
+						desc->ready_schema ? desc->ready_schema : "of the table");
+	else if (category == ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION)
+		hint = psprintf("The table or a function the registration uses changed since; register "
+						"the queue again with fs_register_queue() after changing the table.");
+	else if (edata->hint != NULL)
+		hint = edata->hint;
+	else if (!interruption)
+		hint = psprintf("An expression of the registration failed on a row of %s; fix the row, "
+						"or register the queue again with expressions that do not fail.",
+						desc->ready_name ? desc->ready_name : "the table");
+
+	ereport(ERROR,
+			(errcode(edata->sqlerrcode),
+			 interruption ? errmsg_internal("%s", edata->message) :
+			 errmsg("%s of queue \"%s\": %s", piece ? piece : what, desc->queue_name,
+					edata->message),
+			 edata->detail ? errdetail_internal("%s", edata->detail) : 0,
+			 edata->detail_log ? errdetail_log("%s", edata->detail_log) : 0,
+			 hint ? errhint("%s", hint) : 0,
+			 (!ours && edata->internalquery) ? internalerrquery(edata->internalquery) : 0,
+			 (!ours && edata->internalquery) ? internalerrposition(edata->internalpos) : 0,
+			 inner ? errcontext("%s", inner) : 0,
+			 interruption ? errcontext("%s of queue \"%s\"", what, desc->queue_name) : 0,
+			 edata->schema_name ? err_generic_string(PG_DIAG_SCHEMA_NAME, edata->schema_name) : 0,
+			 edata->table_name ? err_generic_string(PG_DIAG_TABLE_NAME, edata->table_name) : 0,
+			 edata->column_name ? err_generic_string(PG_DIAG_COLUMN_NAME, edata->column_name) : 0,
+			 edata->datatype_name ? err_generic_string(PG_DIAG_DATATYPE_NAME, edata->datatype_name) : 0,
+			 edata->constraint_name ? err_generic_string(PG_DIAG_CONSTRAINT_NAME, edata->constraint_name) : 0));
+	pg_unreachable();
+}
+
+/*
+ * fs_claim() and fs_ready_tenants() read the queue's table: without USAGE
+ * on its schema, PostgreSQL would not let the caller name it.  (A query
+ * prepared by another role of this backend would not check it again.)
+ */
+void
+fs_fair_check_schema_usage(FsFairDesc *desc, const char *function)
+{
+	Oid			nsp = get_rel_namespace(desc->ready_relid);
+
+	if (pg_namespace_aclcheck(nsp, GetUserId(), ACL_USAGE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for schema %s of queue \"%s\"", desc->ready_schema,
+						desc->queue_name),
+				 errhint("%s() reads the queue's table %s: grant USAGE on schema %s to the role "
+						 "that calls it.", function, desc->ready_name, desc->ready_schema)));
 }
 
 /*
@@ -1604,6 +2061,8 @@ fs_fair_desc(const char *queue_name, bool missing_ok)
 				 errhint("Unregister the queue with fs_unregister_queue('%s').", queue_name)));
 	desc->row_type = get_rel_type_id(desc->ready_relid);
 	desc->ready_name = MemoryContextStrdup(cxt, fs_qualified_name(desc->ready_relid));
+	desc->ready_schema = MemoryContextStrdup(cxt, quote_identifier(
+		get_namespace_name(get_rel_namespace(desc->ready_relid))));
 	desc->tenant = fs_getvalue(row, rowdesc, "tenant", cxt);
 	desc->order_by = fs_getvalue(row, rowdesc, "order_by", cxt);
 	desc->ready_filter = fs_getvalue(row, rowdesc, "ready_filter", cxt);
@@ -1772,6 +2231,9 @@ fs_rel_role_guarded(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation 
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
+		/* A cancel or shutdown is not the registration's fault: it stands. */
+		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION)
+			ReThrowError(edata);
 		ereport(WARNING,
 				(errcode(edata->sqlerrcode),
 				 errmsg("fair dequeue cannot follow table %s for queue \"%s\": %s",

@@ -719,6 +719,17 @@ fs_trigger_data(FunctionCallInfo fcinfo, const char *name, bool row)
 }
 
 /*
+ * Error context of a trigger: an expression of a registration that fails
+ * on a row (a cost dividing by zero, say) names its queue.
+ */
+static void
+fs_trigger_error_callback(void *arg)
+{
+	errcontext("expressions of queue \"%s\", evaluated by fairshare's trigger",
+			   (const char *) arg);
+}
+
+/*
  * Evaluate a registration on a ready-table row: false if the row is not
  * ready; else true, with its tenant in `tenant` ("" if NULL or not a valid
  * tenant name).
@@ -798,12 +809,15 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_ready_trigger", true);
 	FsRelTriggers *rt;
 	int			i;
+	ErrorContextCallback errcb;
 
 	/* Not preloaded: nothing to keep (the queue is recounted when it is). */
 	if (fs_fair == NULL)
 		return PointerGetDatum(NULL);
 	rt = fs_fair_rel_triggers(td->tg_relation);
 
+	errcb.callback = fs_trigger_error_callback;
+	errcb.previous = error_context_stack;
 	for (i = 0; i < rt->nready; i++)
 	{
 		FsRelRole  *role = &rt->ready[i];
@@ -815,6 +829,8 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 
 		if (role->queue == NULL)
 			continue;			/* no room for the queue: claims fail open */
+		errcb.arg = role->queue_name;
+		error_context_stack = &errcb;
 		if (OidIsValid(role->run_as_owner))
 			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
 		if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
@@ -834,6 +850,7 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 			fs_delta_add(role->queue, new_tenant, 1, 0, 0);
 		if (OidIsValid(role->run_as_owner))
 			fs_run_as_end(&run_as);
+		error_context_stack = errcb.previous;
 		ResetExprContext(rt->econtext);
 	}
 	return PointerGetDatum(NULL);
@@ -903,11 +920,14 @@ fs_fair_running_trigger(PG_FUNCTION_ARGS)
 	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_running_trigger", true);
 	FsRelTriggers *rt;
 	int			i;
+	ErrorContextCallback errcb;
 
 	if (fs_fair == NULL)
 		return PointerGetDatum(NULL);
 	rt = fs_fair_rel_triggers(td->tg_relation);
 
+	errcb.callback = fs_trigger_error_callback;
+	errcb.previous = error_context_stack;
 	for (i = 0; i < rt->nrunning; i++)
 	{
 		FsRelRole  *role = &rt->running[i];
@@ -915,6 +935,8 @@ fs_fair_running_trigger(PG_FUNCTION_ARGS)
 
 		if (role->queue == NULL)
 			continue;
+		errcb.arg = role->queue_name;
+		error_context_stack = &errcb;
 		if (OidIsValid(role->run_as_owner))
 			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
 		if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
@@ -947,6 +969,7 @@ fs_fair_running_trigger(PG_FUNCTION_ARGS)
 		}
 		if (OidIsValid(role->run_as_owner))
 			fs_run_as_end(&run_as);
+		error_context_stack = errcb.previous;
 		ResetExprContext(rt->econtext);
 	}
 	return PointerGetDatum(NULL);

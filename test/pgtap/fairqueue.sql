@@ -5,7 +5,7 @@
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS fairshare;
 BEGIN;
-SELECT plan(53);
+SELECT plan(55);
 
 SELECT has_function('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
        'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text']);
@@ -74,6 +74,8 @@ SELECT throws_ok($$SELECT fs_register_queue('tq', 'tap_jobs', 'tenant', 'id', fi
 SELECT throws_ok($$SELECT fs_register_queue('tq', 'tap_jobs', 'tenant || now()', 'id')$$, '22023');
 SELECT throws_ok($$SELECT fs_register_queue('tq', 'tap_jobs', 'xmin::text', 'id')$$, '42P10');
 SELECT throws_ok($$SELECT fs_register_queue('tq', 'tap_jobs', 'tenant', 'id', running_key => 'id')$$, '22023');
+SELECT throws_ok($$SELECT fs_register_queue('tq', 'tap_jobs', 'tenant', 'id', key => 'n')$$, '22023');
+SELECT throws_ok($$SELECT fs_register_queue('tq', 'tap_jobs', 'tenant', 'id', key => 'tenant')$$, '22023');
 SELECT lives_ok($$SELECT fs_register_queue('tq', 'tap_jobs', 'tenant', 'id')$$, 'a valid registration');
 SELECT throws_ok($$SELECT * FROM fs_claim('nope', NULL::tap_jobs)$$, '42704');
 SELECT throws_ok($$SELECT * FROM fs_claim('tq', NULL::fs_limits)$$, '42804');
