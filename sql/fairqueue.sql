@@ -483,7 +483,7 @@ SELECT * FROM fs_claim('fw', NULL::fw_jobs, 1, '-1 second');
 SELECT * FROM fs_ready_tenants('nope');
 SELECT * FROM fs_ready_tenants('fw', 0);
 SELECT * FROM fs_ready_tenants('fw', NULL);
-CREATE ROLE fq_reader;
+CREATE ROLE fq_reader IN ROLE fairshare_app;
 GRANT SELECT ON fw_jobs TO fq_reader;
 SET ROLE fq_reader;
 SELECT * FROM fs_claim('fw', NULL::fw_jobs);
