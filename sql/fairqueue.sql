@@ -483,7 +483,7 @@ SELECT * FROM fs_claim('fw', NULL::fw_jobs, 1, '-1 second');
 SELECT * FROM fs_ready_tenants('nope');
 SELECT * FROM fs_ready_tenants('fw', 0);
 SELECT * FROM fs_ready_tenants('fw', NULL);
-CREATE ROLE fq_reader;
+CREATE ROLE fq_reader IN ROLE fairshare_app;
 GRANT SELECT ON fw_jobs TO fq_reader;
 SET ROLE fq_reader;
 SELECT * FROM fs_claim('fw', NULL::fw_jobs);
@@ -600,8 +600,8 @@ DROP TABLE fk_jobs;
 -- Security: roles that register, claim and list
 -- ---------------------------------------------------------------------------
 
-CREATE ROLE fq_alice;
-CREATE ROLE fq_mallory;
+CREATE ROLE fq_alice IN ROLE fairshare_app;
+CREATE ROLE fq_mallory IN ROLE fairshare_app;
 GRANT CREATE ON SCHEMA public TO fq_alice, fq_mallory;
 GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) TO fq_alice, fq_mallory;
 GRANT EXECUTE ON FUNCTION fs_unregister_queue(text) TO fq_alice, fq_mallory;

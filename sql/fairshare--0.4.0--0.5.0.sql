@@ -1,4 +1,4 @@
-/* fairshare 0.4.0 -> 0.5.0: least privilege by default */
+/* fairshare 0.4.0 -> 0.5.0 */
 
 \echo Use "ALTER EXTENSION fairshare UPDATE TO '0.5.0'" to load this file. \quit
 
@@ -15,3 +15,168 @@ COMMENT ON FUNCTION fs_unregister_queue(text) IS
 'removes a queue''s registration, its triggers and the index it created: true if it was registered; the caller must own its table, or, if the table was dropped, be the role that registered it';
 COMMENT ON FUNCTION fs_ready_tenants(text, integer) IS
 'tenants of a registered queue with ready rows and free slots, in fair order: for an application''s own LATERAL ... FOR UPDATE SKIP LOCKED claim; needs SELECT on the table and a role row-level security does not restrict on it';
+
+-- ===========================================================================
+-- Least privilege by default: the roles fairshare_app, fairshare_worker and
+-- fairshare_admin; PUBLIC may no longer decide or configure; leases record
+-- their owner (fs_leases.owner).
+-- ===========================================================================
+
+-- The roles, created when missing (as in a fresh install).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'fairshare_app'::pg_catalog.name) THEN
+        BEGIN
+            CREATE ROLE fairshare_app NOLOGIN;
+            COMMENT ON ROLE fairshare_app IS
+            'fairshare: members may decide: take slots and renew or release their own leases, spend and charge tokens, claim fairly, route enqueues, and read the monitoring views';
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'fairshare_worker'::pg_catalog.name) THEN
+        BEGIN
+            CREATE ROLE fairshare_worker NOLOGIN;
+            COMMENT ON ROLE fairshare_worker IS
+            'fairshare: members may report worker heartbeats and queue latency (the global gate and backpressure), and read the monitoring views';
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'fairshare_admin'::pg_catalog.name) THEN
+        BEGIN
+            CREATE ROLE fairshare_admin NOLOGIN;
+            COMMENT ON ROLE fairshare_admin IS
+            'fairshare: members configure limits and queues, reset counters, save the state file, release or renew any lease, see every role''s schedules and runs and may delete schedules; a member of fairshare_app and fairshare_worker';
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
+    END IF;
+    -- fairshare_admin as versions before 0.5.0 described it: bring that
+    -- comment up to date (a comment of the administrator's own is kept).
+    IF pg_catalog.shobj_description((SELECT r.oid FROM pg_catalog.pg_roles r
+                                      WHERE r.rolname OPERATOR(pg_catalog.=) 'fairshare_admin'::pg_catalog.name),
+                                    'pg_authid'::pg_catalog.name) OPERATOR(pg_catalog.=)
+       'fairshare: members see every role''s schedules and runs, and may delete schedules'::pg_catalog.text THEN
+        COMMENT ON ROLE fairshare_admin IS
+        'fairshare: members configure limits and queues, reset counters, save the state file, release or renew any lease, see every role''s schedules and runs and may delete schedules; a member of fairshare_app and fairshare_worker';
+    END IF;
+    IF NOT pg_catalog.pg_has_role('fairshare_admin'::pg_catalog.name, 'fairshare_app'::pg_catalog.name,
+                                  'MEMBER'::pg_catalog.text) THEN
+        GRANT fairshare_app TO fairshare_admin;
+    END IF;
+    IF NOT pg_catalog.pg_has_role('fairshare_admin'::pg_catalog.name, 'fairshare_worker'::pg_catalog.name,
+                                  'MEMBER'::pg_catalog.text) THEN
+        GRANT fairshare_worker TO fairshare_admin;
+    END IF;
+END
+$$;
+
+-- fairshare_admin changes the limits.
+GRANT INSERT, UPDATE, DELETE, TRUNCATE ON fs_limits TO fairshare_admin;
+
+-- Configuring: fairshare_admin.
+REVOKE ALL ON FUNCTION fs_set_limit(text, text, integer, integer, double precision, double precision, double precision) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_set_limit(text, text, integer, integer, double precision, double precision, double precision) TO fairshare_admin;
+GRANT EXECUTE ON FUNCTION fs_save_state() TO fairshare_admin;
+GRANT EXECUTE ON FUNCTION fs_reset() TO fairshare_admin;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) TO fairshare_admin;
+GRANT EXECUTE ON FUNCTION fs_unregister_queue(text) TO fairshare_admin;
+GRANT EXECUTE ON FUNCTION fs_resync(text) TO fairshare_admin;
+
+-- Deciding: fairshare_app.
+REVOKE ALL ON FUNCTION fs_effective_limits(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_effective_limits(text, text) TO fairshare_app;
+REVOKE ALL ON FUNCTION fs_acquire_slot(text, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_acquire_slot(text, text, interval) TO fairshare_app;
+REVOKE ALL ON FUNCTION fs_release_slot(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_release_slot(bigint) TO fairshare_app;
+REVOKE ALL ON FUNCTION fs_renew_slot(bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_renew_slot(bigint, interval) TO fairshare_app;
+REVOKE ALL ON FUNCTION fs_spend_tokens(text, integer, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_spend_tokens(text, integer, integer, text) TO fairshare_app;
+REVOKE ALL ON FUNCTION fs_charge_tokens(text, double precision, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_charge_tokens(text, double precision, text) TO fairshare_app;
+REVOKE ALL ON FUNCTION fs_route_enqueue(text, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_route_enqueue(text, text, jsonb, text) TO fairshare_app;
+REVOKE ALL ON FUNCTION fs_claim(text, anyelement, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_claim(text, anyelement, integer, interval) TO fairshare_app;
+REVOKE ALL ON FUNCTION fs_ready_tenants(text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_ready_tenants(text, integer) TO fairshare_app;
+
+-- Reporting workers and latency: fairshare_worker.
+REVOKE ALL ON FUNCTION fs_worker_heartbeat(text, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_worker_heartbeat(text, integer, text) TO fairshare_worker;
+REVOKE ALL ON FUNCTION fs_report_latency(interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_report_latency(interval, text) TO fairshare_worker;
+
+-- Monitoring views that name tenants: pg_monitor and the fairshare roles.
+REVOKE ALL ON FUNCTION fs_tenant_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_tenant_state() TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE ALL ON FUNCTION fs_server_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_server_state() TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE ALL ON FUNCTION fs_worker_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_worker_state() TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE ALL ON FUNCTION fs_queue_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_queue_state() TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE ALL ON FUNCTION fs_decision_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_decision_state() TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE ALL ON FUNCTION fs_tier_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_tier_state() TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE ALL ON FUNCTION fs_fairness_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_fairness_state() TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE ALL ON FUNCTION fs_fair_share_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_fair_share_state() TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE SELECT ON fs_tenants FROM PUBLIC;
+GRANT SELECT ON fs_tenants TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE SELECT ON fs_stats FROM PUBLIC;
+GRANT SELECT ON fs_stats TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE SELECT ON fs_workers FROM PUBLIC;
+GRANT SELECT ON fs_workers TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE SELECT ON fs_queues FROM PUBLIC;
+GRANT SELECT ON fs_queues TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE SELECT ON fs_decisions FROM PUBLIC;
+GRANT SELECT ON fs_decisions TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE SELECT ON fs_tiers FROM PUBLIC;
+GRANT SELECT ON fs_tiers TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE SELECT ON fs_fairness FROM PUBLIC;
+GRANT SELECT ON fs_fairness TO pg_monitor, fairshare_app, fairshare_worker;
+REVOKE SELECT ON fs_fair_shares FROM PUBLIC;
+GRANT SELECT ON fs_fair_shares TO pg_monitor, fairshare_app, fairshare_worker;
+
+-- A lease belongs to the role that took it: fs_leases shows it (owner).
+DROP VIEW fs_leases;
+DROP FUNCTION fs_lease_state();
+CREATE FUNCTION fs_lease_state(
+    OUT lease_id bigint,
+    OUT queue text,
+    OUT tenant text,
+    OUT state text,
+    OUT acquired_at timestamptz,
+    OUT expires_at timestamptz,
+    OUT holder_pid integer,
+    OUT owner regrole)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_lease_state';
+COMMENT ON FUNCTION fs_lease_state() IS
+'every lease of this database''s queues; see the fs_leases view';
+REVOKE ALL ON FUNCTION fs_lease_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_lease_state() TO pg_monitor, fairshare_app, fairshare_worker;
+
+CREATE VIEW fs_leases AS SELECT * FROM fs_lease_state();
+GRANT SELECT ON fs_leases TO pg_monitor, fairshare_app, fairshare_worker;
+COMMENT ON VIEW fs_leases IS
+'leases: live, releasing (by an open transaction) or orphan (from before a crash, re-registered on renew), and the role that took each (owner: only it, roles with its privileges and fairshare_admin may release or renew it)';
+
+COMMENT ON FUNCTION fs_release_slot(bigint) IS
+'releases a lease of the calling role''s (any lease for fairshare_admin): true if it was live, false if unknown, expired or already released';
+COMMENT ON FUNCTION fs_renew_slot(bigint, interval) IS
+'extends a live lease of the calling role''s (any lease for fairshare_admin) to now + lease: true if renewed, false if unknown, expired or released';
+
+-- ===========================================================================
+-- End of: least privilege by default
+-- ===========================================================================

@@ -11,6 +11,73 @@
 
 
 -- ---------------------------------------------------------------------------
+-- Roles
+-- ---------------------------------------------------------------------------
+
+-- Least privilege by default: PUBLIC may not decide or configure.  Three
+-- NOLOGIN roles carry the privileges, granted by the objects below:
+--   fairshare_app     decides: slots (its own leases), tokens, claims, tiers
+--   fairshare_worker  reports worker heartbeats and queue latency
+--   fairshare_admin   configures (limits, queues, counters, the state file),
+--                     releases or renews any lease, sees every schedule; it
+--                     is a member of the two others
+-- Roles belong to the cluster, not to the extension: each is created when
+-- missing (the extension may already be installed in another database, or
+-- a concurrent CREATE EXTENSION may create it first) and left in place by
+-- DROP EXTENSION.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'fairshare_app'::pg_catalog.name) THEN
+        BEGIN
+            CREATE ROLE fairshare_app NOLOGIN;
+            COMMENT ON ROLE fairshare_app IS
+            'fairshare: members may decide: take slots and renew or release their own leases, spend and charge tokens, claim fairly, route enqueues, and read the monitoring views';
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'fairshare_worker'::pg_catalog.name) THEN
+        BEGIN
+            CREATE ROLE fairshare_worker NOLOGIN;
+            COMMENT ON ROLE fairshare_worker IS
+            'fairshare: members may report worker heartbeats and queue latency (the global gate and backpressure), and read the monitoring views';
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'fairshare_admin'::pg_catalog.name) THEN
+        BEGIN
+            CREATE ROLE fairshare_admin NOLOGIN;
+            COMMENT ON ROLE fairshare_admin IS
+            'fairshare: members configure limits and queues, reset counters, save the state file, release or renew any lease, see every role''s schedules and runs and may delete schedules; a member of fairshare_app and fairshare_worker';
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
+    END IF;
+    -- fairshare_admin as versions before 0.5.0 described it: bring that
+    -- comment up to date (a comment of the administrator's own is kept).
+    IF pg_catalog.shobj_description((SELECT r.oid FROM pg_catalog.pg_roles r
+                                      WHERE r.rolname OPERATOR(pg_catalog.=) 'fairshare_admin'::pg_catalog.name),
+                                    'pg_authid'::pg_catalog.name) OPERATOR(pg_catalog.=)
+       'fairshare: members see every role''s schedules and runs, and may delete schedules'::pg_catalog.text THEN
+        COMMENT ON ROLE fairshare_admin IS
+        'fairshare: members configure limits and queues, reset counters, save the state file, release or renew any lease, see every role''s schedules and runs and may delete schedules; a member of fairshare_app and fairshare_worker';
+    END IF;
+    IF NOT pg_catalog.pg_has_role('fairshare_admin'::pg_catalog.name, 'fairshare_app'::pg_catalog.name,
+                                  'MEMBER'::pg_catalog.text) THEN
+        GRANT fairshare_app TO fairshare_admin;
+    END IF;
+    IF NOT pg_catalog.pg_has_role('fairshare_admin'::pg_catalog.name, 'fairshare_worker'::pg_catalog.name,
+                                  'MEMBER'::pg_catalog.text) THEN
+        GRANT fairshare_worker TO fairshare_admin;
+    END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
 -- Limits
 -- ---------------------------------------------------------------------------
 
@@ -37,7 +104,10 @@ COMMENT ON COLUMN fs_limits.budget_ms_per_minute IS 'token budget in millisecond
 COMMENT ON COLUMN fs_limits.throttle_pct IS 'percentage of its global-gate share the tenant gets, 0..100 (default 100)';
 COMMENT ON COLUMN fs_limits.updated_at IS 'when the row was last changed';
 
+-- Everyone may read the limits (decisions read them as the caller, and
+-- pg_dump dumps them); fairshare_admin may change them.
 GRANT SELECT ON fs_limits TO PUBLIC;
+GRANT INSERT, UPDATE, DELETE, TRUNCATE ON fs_limits TO fairshare_admin;
 SELECT pg_catalog.pg_extension_config_dump('fs_limits', '');
 
 CREATE FUNCTION fs_limits_validate() RETURNS trigger
@@ -81,6 +151,8 @@ AS $$
 $$;
 COMMENT ON FUNCTION fs_set_limit(text, text, integer, integer, double precision, double precision, double precision) IS
 'sets limits of a tenant (''*'' for the queue default) in a queue (''*'' for every queue); NULL leaves a field as it is';
+REVOKE ALL ON FUNCTION fs_set_limit(text, text, integer, integer, double precision, double precision, double precision) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_set_limit(text, text, integer, integer, double precision, double precision, double precision) TO fairshare_admin;
 
 CREATE FUNCTION fs_effective_limits(
     tenant text,
@@ -95,6 +167,8 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_effective_limits';
 COMMENT ON FUNCTION fs_effective_limits(text, text) IS
 'the limits a decision for this tenant and queue uses, after defaults (budget NULL: no budget)';
+REVOKE ALL ON FUNCTION fs_effective_limits(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_effective_limits(text, text) TO fairshare_app;
 
 -- ---------------------------------------------------------------------------
 -- Slots
@@ -109,20 +183,26 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_acquire_slot';
 COMMENT ON FUNCTION fs_acquire_slot(text, text, interval) IS
 'takes a concurrency slot of the tenant in the queue: a lease id, or NULL when the tenant is at its limit';
+REVOKE ALL ON FUNCTION fs_acquire_slot(text, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_acquire_slot(text, text, interval) TO fairshare_app;
 
 CREATE FUNCTION fs_release_slot(lease_id bigint)
 RETURNS boolean
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_release_slot';
 COMMENT ON FUNCTION fs_release_slot(bigint) IS
-'releases a lease: true if it was live, false if unknown, expired or already released';
+'releases a lease of the calling role''s (any lease for fairshare_admin): true if it was live, false if unknown, expired or already released';
+REVOKE ALL ON FUNCTION fs_release_slot(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_release_slot(bigint) TO fairshare_app;
 
 CREATE FUNCTION fs_renew_slot(lease_id bigint, lease interval DEFAULT '5 minutes')
 RETURNS boolean
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_renew_slot';
 COMMENT ON FUNCTION fs_renew_slot(bigint, interval) IS
-'extends a live lease to now + lease: true if renewed, false if unknown, expired or released';
+'extends a live lease of the calling role''s (any lease for fairshare_admin) to now + lease: true if renewed, false if unknown, expired or released';
+REVOKE ALL ON FUNCTION fs_renew_slot(bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_renew_slot(bigint, interval) TO fairshare_app;
 
 -- ---------------------------------------------------------------------------
 -- Telemetry
@@ -155,9 +235,11 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_tenant_state';
 COMMENT ON FUNCTION fs_tenant_state() IS
 'live state and counters of every (queue, tenant) entry of this database; see the fs_tenants view';
+REVOKE ALL ON FUNCTION fs_tenant_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_tenant_state() TO pg_monitor, fairshare_app, fairshare_worker;
 
 CREATE VIEW fs_tenants AS SELECT * FROM fs_tenant_state();
-GRANT SELECT ON fs_tenants TO PUBLIC;
+GRANT SELECT ON fs_tenants TO pg_monitor, fairshare_app, fairshare_worker;
 COMMENT ON VIEW fs_tenants IS
 'live per-tenant state: slots in use, cached limits, token balance, backlog, and decisions by reason';
 
@@ -168,17 +250,20 @@ CREATE FUNCTION fs_lease_state(
     OUT state text,
     OUT acquired_at timestamptz,
     OUT expires_at timestamptz,
-    OUT holder_pid integer)
+    OUT holder_pid integer,
+    OUT owner regrole)
 RETURNS SETOF record
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_lease_state';
 COMMENT ON FUNCTION fs_lease_state() IS
 'every lease of this database''s queues; see the fs_leases view';
+REVOKE ALL ON FUNCTION fs_lease_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_lease_state() TO pg_monitor, fairshare_app, fairshare_worker;
 
 CREATE VIEW fs_leases AS SELECT * FROM fs_lease_state();
-GRANT SELECT ON fs_leases TO PUBLIC;
+GRANT SELECT ON fs_leases TO pg_monitor, fairshare_app, fairshare_worker;
 COMMENT ON VIEW fs_leases IS
-'leases: live, releasing (by an open transaction) or orphan (from before a crash, re-registered on renew)';
+'leases: live, releasing (by an open transaction) or orphan (from before a crash, re-registered on renew), and the role that took each (owner: only it, roles with its privileges and fairshare_admin may release or renew it)';
 
 CREATE FUNCTION fs_server_state(
     OUT tenants bigint,
@@ -210,9 +295,11 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_server_state';
 COMMENT ON FUNCTION fs_server_state() IS
 'server-wide figures: table sizes and use (tenants, leases, queues, tier counters), fail-open and eviction counters, how state began; see the fs_stats view';
+REVOKE ALL ON FUNCTION fs_server_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_server_state() TO pg_monitor, fairshare_app, fairshare_worker;
 
 CREATE VIEW fs_stats AS SELECT * FROM fs_server_state();
-GRANT SELECT ON fs_stats TO PUBLIC;
+GRANT SELECT ON fs_stats TO pg_monitor, fairshare_app, fairshare_worker;
 COMMENT ON VIEW fs_stats IS
 'server-wide fairshare figures (all databases): capacity, fail_open, evictions, leases expired and re-registered';
 
@@ -223,6 +310,7 @@ AS 'MODULE_PATHNAME', 'fs_save_state_now';
 COMMENT ON FUNCTION fs_save_state() IS
 'writes fairshare''s running state file now (queues and leases): after a crash these leases re-register on renew';
 REVOKE ALL ON FUNCTION fs_save_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_save_state() TO fairshare_admin;
 
 CREATE FUNCTION fs_reset()
 RETURNS void
@@ -231,6 +319,7 @@ AS 'MODULE_PATHNAME', 'fs_reset';
 COMMENT ON FUNCTION fs_reset() IS
 'zeroes every fairshare counter; live state (slots, leases, balances) is kept';
 REVOKE ALL ON FUNCTION fs_reset() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_reset() TO fairshare_admin;
 
 -- ---------------------------------------------------------------------------
 -- Budget
@@ -246,6 +335,8 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_spend_tokens';
 COMMENT ON FUNCTION fs_spend_tokens(text, integer, integer, text) IS
 'admits up to requested_runs runs of cost_ms tokens each from the tenant''s budget: returns the runs granted (0 under backpressure)';
+REVOKE ALL ON FUNCTION fs_spend_tokens(text, integer, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_spend_tokens(text, integer, integer, text) TO fairshare_app;
 
 CREATE FUNCTION fs_charge_tokens(
     tenant  text,
@@ -256,6 +347,8 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_charge_tokens';
 COMMENT ON FUNCTION fs_charge_tokens(text, double precision, text) IS
 'pays used_ms of worker time from the tenant''s budget (the balance may go below zero); returns the balance, NULL without a budget';
+REVOKE ALL ON FUNCTION fs_charge_tokens(text, double precision, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_charge_tokens(text, double precision, text) TO fairshare_app;
 
 -- ---------------------------------------------------------------------------
 -- Global gate and backpressure
@@ -267,6 +360,8 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_worker_heartbeat';
 COMMENT ON FUNCTION fs_worker_heartbeat(text, integer, text) IS
 'reports a live worker with this many threads serving the queue (0: it stops); live threads drive the global gate';
+REVOKE ALL ON FUNCTION fs_worker_heartbeat(text, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_worker_heartbeat(text, integer, text) TO fairshare_worker;
 
 CREATE FUNCTION fs_report_latency(latency interval, queue text DEFAULT 'default')
 RETURNS void
@@ -274,6 +369,8 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_report_latency';
 COMMENT ON FUNCTION fs_report_latency(interval, text) IS
 'reports how long the queue''s oldest ready job has waited; over fairshare.backpressure_latency, admission grants nothing';
+REVOKE ALL ON FUNCTION fs_report_latency(interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_report_latency(interval, text) TO fairshare_worker;
 
 CREATE FUNCTION fs_worker_state(
     OUT queue text,
@@ -286,9 +383,11 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_worker_state';
 COMMENT ON FUNCTION fs_worker_state() IS
 'the workers that reported heartbeats for this database''s queues; see the fs_workers view';
+REVOKE ALL ON FUNCTION fs_worker_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_worker_state() TO pg_monitor, fairshare_app, fairshare_worker;
 
 CREATE VIEW fs_workers AS SELECT * FROM fs_worker_state();
-GRANT SELECT ON fs_workers TO PUBLIC;
+GRANT SELECT ON fs_workers TO pg_monitor, fairshare_app, fairshare_worker;
 COMMENT ON VIEW fs_workers IS
 'workers and their last heartbeats; live ones count towards their queue''s live threads';
 
@@ -309,9 +408,11 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_queue_state';
 COMMENT ON FUNCTION fs_queue_state() IS
 'the global gate''s view of every queue of this database; see the fs_queues view';
+REVOKE ALL ON FUNCTION fs_queue_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_queue_state() TO pg_monitor, fairshare_app, fairshare_worker;
 
 CREATE VIEW fs_queues AS SELECT * FROM fs_queue_state();
-GRANT SELECT ON fs_queues TO PUBLIC;
+GRANT SELECT ON fs_queues TO pg_monitor, fairshare_app, fairshare_worker;
 COMMENT ON VIEW fs_queues IS
 'per queue: live workers and threads, slots in use, the share a tenant may hold now, the dampener, latency, and backpressure (none, latency, no_free_thread)';
 
@@ -338,9 +439,11 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_decision_state';
 COMMENT ON FUNCTION fs_decision_state() IS
 'the most recent decisions of every backend (fairshare.decision_log_size each); see the fs_decisions view';
+REVOKE ALL ON FUNCTION fs_decision_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_decision_state() TO pg_monitor, fairshare_app, fairshare_worker;
 
 CREATE VIEW fs_decisions AS SELECT * FROM fs_decision_state();
-GRANT SELECT ON fs_decisions TO PUBLIC;
+GRANT SELECT ON fs_decisions TO pg_monitor, fairshare_app, fairshare_worker;
 COMMENT ON VIEW fs_decisions IS
 'recent decisions (kind slot, spend or charge): tokens before, runs possible, runs granted, tokens consumed, balance after, and the reason; seq orders the decisions of one pid';
 
@@ -358,6 +461,8 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_route_enqueue';
 COMMENT ON FUNCTION fs_route_enqueue(text, text, jsonb, text) IS
 'records an enqueue of the tenant''s job class and returns the queue to use: the last rule whose threshold is exceeded in its sliding window, else queue';
+REVOKE ALL ON FUNCTION fs_route_enqueue(text, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_route_enqueue(text, text, jsonb, text) TO fairshare_app;
 
 CREATE FUNCTION fs_tier_state(
     OUT queue text,
@@ -372,9 +477,11 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_tier_state';
 COMMENT ON FUNCTION fs_tier_state() IS
 'the sliding-window counters of greedy-tenant tiers; see the fs_tiers view';
+REVOKE ALL ON FUNCTION fs_tier_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_tier_state() TO pg_monitor, fairshare_app, fairshare_worker;
 
 CREATE VIEW fs_tiers AS SELECT * FROM fs_tier_state();
-GRANT SELECT ON fs_tiers TO PUBLIC;
+GRANT SELECT ON fs_tiers TO pg_monitor, fairshare_app, fairshare_worker;
 COMMENT ON VIEW fs_tiers IS
 'per (queue, tenant, job class) and rule: enqueues counted in the rule''s sliding window now';
 
@@ -400,19 +507,8 @@ COMMENT ON FUNCTION fs_next_runs(text, text, timestamptz, integer) IS
 -- Schedules
 -- ---------------------------------------------------------------------------
 
--- Members of fairshare_admin see every role's schedules and runs and may
--- delete schedules.  Roles belong to the cluster, not to the extension: the
--- role is created once and left in place by DROP EXTENSION.
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
-                    WHERE rolname OPERATOR(pg_catalog.=) 'fairshare_admin'::pg_catalog.name) THEN
-        CREATE ROLE fairshare_admin NOLOGIN;
-        COMMENT ON ROLE fairshare_admin IS
-        'fairshare: members see every role''s schedules and runs, and may delete schedules';
-    END IF;
-END
-$$;
+-- Members of fairshare_admin (created at the top of this script) see every
+-- role's schedules and runs and may delete schedules.
 
 CREATE TABLE fs_schedules (
     schedule_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -732,6 +828,7 @@ AS 'MODULE_PATHNAME', 'fs_register_queue';
 COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) IS
 'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
 REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) TO fairshare_admin;
 
 CREATE FUNCTION fs_unregister_queue(queue text)
 RETURNS boolean
@@ -740,6 +837,7 @@ AS 'MODULE_PATHNAME', 'fs_unregister_queue';
 COMMENT ON FUNCTION fs_unregister_queue(text) IS
 'removes a queue''s registration, its triggers and the index it created: true if it was registered; the caller must own its table, or, if the table was dropped, be the role that registered it';
 REVOKE ALL ON FUNCTION fs_unregister_queue(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_unregister_queue(text) TO fairshare_admin;
 
 -- ---------------------------------------------------------------------------
 -- Claiming
@@ -755,6 +853,8 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 10
 AS 'MODULE_PATHNAME', 'fs_claim';
 COMMENT ON FUNCTION fs_claim(text, anyelement, integer, interval) IS
 'claims up to max_rows ready rows of a registered queue in fair order, locked FOR UPDATE SKIP LOCKED in this transaction, each with a lease; pass NULL::<ready table> as row_type';
+REVOKE ALL ON FUNCTION fs_claim(text, anyelement, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_claim(text, anyelement, integer, interval) TO fairshare_app;
 
 CREATE FUNCTION fs_ready_tenants(
     queue       text,
@@ -765,6 +865,8 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 100
 AS 'MODULE_PATHNAME', 'fs_ready_tenants';
 COMMENT ON FUNCTION fs_ready_tenants(text, integer) IS
 'tenants of a registered queue with ready rows and free slots, in fair order: for an application''s own LATERAL ... FOR UPDATE SKIP LOCKED claim; needs SELECT on the table and a role row-level security does not restrict on it';
+REVOKE ALL ON FUNCTION fs_ready_tenants(text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_ready_tenants(text, integer) TO fairshare_app;
 
 CREATE FUNCTION fs_resync(queue text DEFAULT NULL)
 RETURNS TABLE (queue_name text, tenants integer, ready_rows bigint)
@@ -773,6 +875,7 @@ AS 'MODULE_PATHNAME', 'fs_resync';
 COMMENT ON FUNCTION fs_resync(text) IS
 'recounts the ready rows of a registered queue (NULL: every registered queue of this database) from its table';
 REVOKE ALL ON FUNCTION fs_resync(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_resync(text) TO fairshare_admin;
 
 -- ---------------------------------------------------------------------------
 -- Fairness metrics
@@ -802,9 +905,11 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_fairness_state';
 COMMENT ON FUNCTION fs_fairness_state() IS
 'fairness of every registered queue of this database; see the fs_fairness view';
+REVOKE ALL ON FUNCTION fs_fairness_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_fairness_state() TO pg_monitor, fairshare_app, fairshare_worker;
 
 CREATE VIEW fs_fairness AS SELECT * FROM fs_fairness_state();
-GRANT SELECT ON fs_fairness TO PUBLIC;
+GRANT SELECT ON fs_fairness TO pg_monitor, fairshare_app, fairshare_worker;
 COMMENT ON VIEW fs_fairness IS
 'per registered queue: backlogged tenants, ready rows (rows_without_tenant: never claimed; rows_untracked: tenants shared memory has no room for, claimed without fair order), Jain''s index and Gini of served work per weight over active tenants (served work decays with fairshare.fairness_half_life), claims and counters';
 
@@ -826,8 +931,10 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_fair_share_state';
 COMMENT ON FUNCTION fs_fair_share_state() IS
 'each tenant''s share of served work against its weight; see the fs_fair_shares view';
+REVOKE ALL ON FUNCTION fs_fair_share_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_fair_share_state() TO pg_monitor, fairshare_app, fairshare_worker;
 
 CREATE VIEW fs_fair_shares AS SELECT * FROM fs_fair_share_state();
-GRANT SELECT ON fs_fair_shares TO PUBLIC;
+GRANT SELECT ON fs_fair_shares TO pg_monitor, fairshare_app, fairshare_worker;
 COMMENT ON VIEW fs_fair_shares IS
 'per tenant of a registered queue that is active or was served recently: served work (decayed), its share, its fair share by weight, their ratio, and its virtual finish tag and lag behind the queue''s virtual time';

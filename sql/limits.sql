@@ -93,7 +93,7 @@ SELECT count(*) AS prepared FROM pg_prepared_xacts;
 
 -- When fs_limits cannot be read, decisions fail open (with a warning),
 -- never fail the caller.
-CREATE ROLE lim_reader;
+CREATE ROLE lim_reader IN ROLE fairshare_app;
 REVOKE SELECT ON fs_limits FROM PUBLIC;
 SET ROLE lim_reader;
 SELECT fs_acquire_slot('lim_unreadable', 'lim_ro') IS NOT NULL AS granted;

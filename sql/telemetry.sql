@@ -42,11 +42,22 @@ SELECT slots_in_use, granted, denied_tenant_limit FROM fs_tenants WHERE queue = 
 SELECT count(*) AS leases FROM fs_leases WHERE queue = 't_q';
 SELECT stats_reset > now() - interval '1 minute' AS reset_recently FROM fs_stats;
 
--- Only the privileged may reset; anyone may look and decide.
+-- Only fairshare_admin may reset; fairshare_app may look and decide; a role
+-- of neither may do none of it (see the test "roles" for every function).
 CREATE ROLE fs_telemetry_user;
 SET ROLE fs_telemetry_user;
 SELECT count(*) >= 0 AS can_read FROM fs_tenants;
 SELECT fs_acquire_slot('t_b', 't_q') IS NOT NULL AS can_decide;
+RESET ROLE;
+GRANT fairshare_app TO fs_telemetry_user;
+SET ROLE fs_telemetry_user;
+SELECT count(*) >= 0 AS can_read FROM fs_tenants;
+SELECT fs_acquire_slot('t_b', 't_q') IS NOT NULL AS can_decide;
+SELECT fs_reset();
+SELECT fs_set_limit('t_b', 't_q', max_slots => 5);
+RESET ROLE;
+GRANT fairshare_admin TO fs_telemetry_user;
+SET ROLE fs_telemetry_user;
 SELECT fs_reset();
 SELECT fs_set_limit('t_b', 't_q', max_slots => 5);
 RESET ROLE;

@@ -113,3 +113,25 @@ DROP EXTENSION fairshare;
 DROP SCHEMA fs_decoy CASCADE;
 RESET client_min_messages;
 CREATE EXTENSION fairshare;
+
+-- The roles belong to the cluster.  Installing or updating brings the
+-- comment that versions before 0.5.0 gave fairshare_admin up to date, and
+-- keeps a comment of the administrator's own.
+CREATE TEMP VIEW admin_comment AS
+SELECT shobj_description(oid, 'pg_authid') AS comment FROM pg_roles WHERE rolname = 'fairshare_admin';
+CREATE TEMP TABLE current_comment AS SELECT * FROM admin_comment;
+DROP EXTENSION fairshare;
+COMMENT ON ROLE fairshare_admin IS
+'fairshare: members see every role''s schedules and runs, and may delete schedules';
+CREATE EXTENSION fairshare VERSION '0.4.0';
+ALTER EXTENSION fairshare UPDATE;
+SELECT comment = (SELECT comment FROM current_comment) AS brought_up_to_date FROM admin_comment;
+DROP EXTENSION fairshare;
+COMMENT ON ROLE fairshare_admin IS 'our job scheduling administrators';
+CREATE EXTENSION fairshare;
+SELECT comment AS kept FROM admin_comment;
+SELECT format('COMMENT ON ROLE fairshare_admin IS %L', comment) FROM current_comment \gexec
+-- Installing again (as into a second database) finds the roles and keeps
+-- their memberships.
+SELECT pg_has_role('fairshare_admin', 'fairshare_app', 'MEMBER') AND
+       pg_has_role('fairshare_admin', 'fairshare_worker', 'MEMBER') AS memberships;

@@ -27,6 +27,18 @@
  * Backend-local records of what this transaction did to leases drive the
  * commit and abort work; the shared lease table is the truth.
  *
+ * A lease belongs to the role that took it (GetUserId() at the acquire, or
+ * at the fs_claim() that took it).  fs_release_slot() and fs_renew_slot()
+ * refuse, with an error, a caller that is not that role, has not its
+ * privileges, is no member of fairshare_admin and no superuser: lease ids
+ * are easy to guess.  The check reads the catalogs, so it never runs under
+ * a lease lock: the common case (the owner itself) is decided under the
+ * lock, any other is checked after dropping it, and the operation is then
+ * tried again (a lease's owner only ever changes from none to the renewer,
+ * see FsLease.owner).  Internal releases (fs_claim() returning unused
+ * leases, the running-table triggers) are not checked: whoever writes the
+ * running table ends the run, whichever role claimed it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -36,12 +48,14 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/shmem.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
 #include "budget.h"
 #include "gate.h"
+#include "schedules.h"
 #include "slots.h"
 #include "telemetry.h"
 
@@ -242,6 +256,7 @@ fs_lease_insert(FsTenant *entry, TimestampTz now, TimestampTz expires_at, int64 
 	FsLease    *lease = NULL;
 	bool		found = true;
 	bool		swept = false;
+	Oid			owner = GetUserId();
 
 	while (lease == NULL || found)
 	{
@@ -260,6 +275,7 @@ fs_lease_insert(FsTenant *entry, TimestampTz now, TimestampTz expires_at, int64 
 			lease->acquired_at = now;
 			lease->expires_at = expires_at;
 			lease->holder_pid = MyProcPid;
+			lease->owner = owner;
 			lease->state = FS_LEASE_LIVE;
 
 			/*
@@ -445,12 +461,70 @@ fs_lease_expire_locked(FsLease *lease, uint32 hashvalue, LWLock *lock)
 }
 
 /*
- * Release a lease.  True if it was live (or an orphan from before a crash)
- * and is now released (at once, or at commit: see the file header); false if
- * it is unknown, expired, or already released.
+ * What a lease operation that checks its caller found.
  */
-bool
-fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs)
+typedef enum FsLeaseOpResult
+{
+	FS_LEASE_OP_FALSE = 0,		/* unknown, expired or being released */
+	FS_LEASE_OP_TRUE,			/* done */
+	FS_LEASE_OP_CHECK_OWNER		/* another role's: check the caller, retry */
+} FsLeaseOpResult;
+
+/*
+ * Under the lease's lock: may the caller act on `lease` without a catalog
+ * check?  Yes when nobody checks (internal callers: check == false), when
+ * the lease has no owner, when the caller is its owner, or when the caller
+ * was already found allowed for this owner (`allowed`).  Otherwise *owner
+ * gets the owner, for fs_lease_check_caller() once the lock is released.
+ */
+static inline bool
+fs_lease_caller_ok(const FsLease *lease, bool check, Oid allowed, Oid *owner)
+{
+	if (!check || !OidIsValid(lease->owner) || lease->owner == GetUserId() ||
+		lease->owner == allowed)
+		return true;
+	*owner = lease->owner;
+	return false;
+}
+
+/*
+ * May the current user release or renew a lease of `owner`?  Its owner, a
+ * role with the owner's privileges (so also a superuser), or a member of
+ * fairshare_admin may; anyone else gets an error.  Reads the catalogs:
+ * never call it under a lease lock.
+ */
+static void
+fs_lease_check_caller(int64 lease_id, Oid owner, const char *action)
+{
+	Oid			user = GetUserId();
+	Oid			admin;
+	char	   *owner_name;
+
+	if (has_privs_of_role(user, owner))
+		return;
+	admin = get_role_oid(FS_ADMIN_ROLE, true);
+	if (OidIsValid(admin) && is_member_of_role(user, admin))
+		return;
+
+	owner_name = GetUserNameFromId(owner, true);
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to %s lease " INT64_FORMAT, action, lease_id),
+			 owner_name != NULL ?
+			 errdetail("The lease was taken by role \"%s\".", owner_name) :
+			 errdetail("The lease was taken by a role that no longer exists."),
+			 errhint("%s a lease as the role that took it, or as a member of fairshare_admin.",
+					 strcmp(action, "renew") == 0 ? "Renew" : "Release")));
+}
+
+/*
+ * Release a lease: see fs_slot_release().  With `check`, a lease of another
+ * role than the caller (and than `allowed`) is left alone and
+ * FS_LEASE_OP_CHECK_OWNER returned with its owner in *owner.
+ */
+static FsLeaseOpResult
+fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
+				   bool check, Oid allowed, Oid *owner)
 {
 	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
 	LWLock	   *lock = fs_lease_lock(hashvalue);
@@ -466,12 +540,17 @@ fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs)
 	if (lease == NULL || lease->state == FS_LEASE_RELEASING)
 	{
 		LWLockRelease(lock);
-		return false;
+		return FS_LEASE_OP_FALSE;
+	}
+	if (!fs_lease_caller_ok(lease, check, allowed, owner))
+	{
+		LWLockRelease(lock);
+		return FS_LEASE_OP_CHECK_OWNER;
 	}
 	if (lease->expires_at <= now)
 	{
 		fs_lease_expire_locked(lease, hashvalue, lock);
-		return false;
+		return FS_LEASE_OP_FALSE;
 	}
 
 	tenant = lease->tenant;
@@ -486,7 +565,7 @@ fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs)
 			tenant->orphan_leases--;
 		SpinLockRelease(&tenant->mutex);
 		LWLockRelease(lock);
-		return true;
+		return FS_LEASE_OP_TRUE;
 	}
 
 	acquired = fs_local_find(lease_id, FS_LOCAL_ACQUIRED);
@@ -506,7 +585,7 @@ fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs)
 		}
 		fs_tenant_slot_free(tenant, false);
 		fs_local_trim();
-		return true;
+		return FS_LEASE_OP_TRUE;
 	}
 
 	/* Released at commit. */
@@ -515,16 +594,33 @@ fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs)
 	LWLockRelease(lock);
 	fs_local_push(lease_id, tenant, FS_LOCAL_RELEASING, 0);
 	local_pending_slots++;
-	return true;
+	return FS_LEASE_OP_TRUE;
+}
+
+/*
+ * Release a lease, whoever owns it (fairshare's own callers: fs_claim() and
+ * the running-table triggers).  True if it was live (or an orphan from
+ * before a crash) and is now released (at once, or at commit: see the file
+ * header); false if it is unknown, expired, or already released.
+ */
+bool
+fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs)
+{
+	Oid			owner;
+
+	return fs_slot_release_as(lease_id, now, held_usecs, false, InvalidOid, &owner) ==
+		FS_LEASE_OP_TRUE;
 }
 
 /*
  * Extend a live lease to now + lease_usecs.  An orphan from before a crash is
- * counted again (re-registered).  False if the lease is unknown, expired, or
- * being released.
+ * counted again (re-registered); a lease without an owner becomes the
+ * caller's.  False if the lease is unknown, expired, or being released.  A
+ * lease of another role than the caller (and than `allowed`) is left alone
+ * and FS_LEASE_OP_CHECK_OWNER returned with its owner in *owner.
  */
-bool
-fs_slot_renew(int64 lease_id, int64 lease_usecs, TimestampTz now)
+static FsLeaseOpResult
+fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed, Oid *owner)
 {
 	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
 	LWLock	   *lock = fs_lease_lock(hashvalue);
@@ -538,16 +634,23 @@ fs_slot_renew(int64 lease_id, int64 lease_usecs, TimestampTz now)
 	if (lease == NULL || lease->state == FS_LEASE_RELEASING)
 	{
 		LWLockRelease(lock);
-		return false;
+		return FS_LEASE_OP_FALSE;
+	}
+	if (!fs_lease_caller_ok(lease, true, allowed, owner))
+	{
+		LWLockRelease(lock);
+		return FS_LEASE_OP_CHECK_OWNER;
 	}
 	if (lease->expires_at <= now)
 	{
 		fs_lease_expire_locked(lease, hashvalue, lock);
-		return false;
+		return FS_LEASE_OP_FALSE;
 	}
 
 	tenant = lease->tenant;
 	lease->expires_at = expires_at;
+	if (!OidIsValid(lease->owner))
+		lease->owner = GetUserId();
 	if (lease->state == FS_LEASE_ORPHAN)
 	{
 		lease->state = FS_LEASE_LIVE;
@@ -561,11 +664,11 @@ fs_slot_renew(int64 lease_id, int64 lease_usecs, TimestampTz now)
 		pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
 		LWLockRelease(lock);
 		FS_COUNT_GLOBAL(leases_reregistered);
-		return true;
+		return FS_LEASE_OP_TRUE;
 	}
 	fs_tenant_note_expiry(tenant, expires_at);
 	LWLockRelease(lock);
-	return true;
+	return FS_LEASE_OP_TRUE;
 }
 
 /* ----------------------------------------------------------------
@@ -716,6 +819,7 @@ fs_lease_foreach(fs_lease_visitor visitor, void *arg)
 		info.acquired_at = lease->acquired_at;
 		info.expires_at = lease->expires_at;
 		info.holder_pid = lease->holder_pid;
+		info.owner = lease->owner;
 		info.state = lease->state;
 		visitor(&info, arg);
 	}
@@ -733,10 +837,11 @@ fs_lease_count(void)
 /*
  * Put a lease back while restoring state in the postmaster (no locks: no
  * backend exists yet).  A live lease is counted in its tenant's slots; an
- * orphan only pins the tenant until it is renewed.
+ * orphan only pins the tenant until it is renewed.  `owner` is InvalidOid
+ * for a lease from a state file that did not record owners.
  */
 bool
-fs_lease_restore(int64 lease_id, FsTenant *tenant, TimestampTz acquired_at,
+fs_lease_restore(int64 lease_id, FsTenant *tenant, Oid owner, TimestampTz acquired_at,
 				 TimestampTz expires_at, bool orphan)
 {
 	FsLease    *lease;
@@ -752,6 +857,7 @@ fs_lease_restore(int64 lease_id, FsTenant *tenant, TimestampTz acquired_at,
 	lease->acquired_at = acquired_at;
 	lease->expires_at = expires_at;
 	lease->holder_pid = 0;
+	lease->owner = owner;
 	if (orphan)
 	{
 		lease->state = FS_LEASE_ORPHAN;
@@ -984,27 +1090,68 @@ fs_lease_id_arg(FunctionCallInfo fcinfo, int argno)
 	return PG_GETARG_INT64(argno);
 }
 
-/* fs_release_slot(lease_id bigint) RETURNS boolean */
+/*
+ * fs_release_slot(lease_id bigint) RETURNS boolean
+ *
+ * For the role that took the lease (or one allowed to act for it: see
+ * fs_lease_check_caller()); false for an unknown lease, whoever asks.
+ */
 Datum
 fs_release_slot(PG_FUNCTION_ARGS)
 {
 	int64		lease_id;
 	int64		held_usecs;
 
+	FsLeaseOpResult result;
+	Oid			allowed = InvalidOid;
+	Oid			owner = InvalidOid;
+	TimestampTz now;
+
 	fs_check_loaded();
 	lease_id = fs_lease_id_arg(fcinfo, 0);
-	PG_RETURN_BOOL(fs_slot_release(lease_id, fs_now(), &held_usecs));
+	now = fs_now();
+
+	/*
+	 * Another role's lease: check the caller with no lock held (an error
+	 * leaves the lease as it was), then try again.  An owner never changes
+	 * once set, so a second round finds the one just allowed.
+	 */
+	while ((result = fs_slot_release_as(lease_id, now, &held_usecs, true, allowed, &owner)) ==
+		   FS_LEASE_OP_CHECK_OWNER)
+	{
+		fs_lease_check_caller(lease_id, owner, "release");
+		allowed = owner;
+	}
+	PG_RETURN_BOOL(result == FS_LEASE_OP_TRUE);
 }
 
-/* fs_renew_slot(lease_id bigint, lease interval) RETURNS boolean */
+/*
+ * fs_renew_slot(lease_id bigint, lease interval) RETURNS boolean
+ *
+ * Who may: as fs_release_slot().
+ */
 Datum
 fs_renew_slot(PG_FUNCTION_ARGS)
 {
 	int64		lease_id;
 	int64		lease_usecs;
 
+	FsLeaseOpResult result;
+	Oid			allowed = InvalidOid;
+	Oid			owner = InvalidOid;
+	TimestampTz now;
+
 	fs_check_loaded();
 	lease_id = fs_lease_id_arg(fcinfo, 0);
 	lease_usecs = fs_interval_usecs(fcinfo, 1, "lease");
-	PG_RETURN_BOOL(fs_slot_renew(lease_id, lease_usecs, fs_now()));
+	now = fs_now();
+
+	/* As in fs_release_slot(). */
+	while ((result = fs_slot_renew_as(lease_id, lease_usecs, now, allowed, &owner)) ==
+		   FS_LEASE_OP_CHECK_OWNER)
+	{
+		fs_lease_check_caller(lease_id, owner, "renew");
+		allowed = owner;
+	}
+	PG_RETURN_BOOL(result == FS_LEASE_OP_TRUE);
 }

@@ -29,6 +29,12 @@ typedef struct FsLease
 	TimestampTz acquired_at;
 	TimestampTz expires_at;
 	int32		holder_pid;		/* backend that took it, or is releasing it */
+	Oid			owner;			/* role that took it (GetUserId()); only it,
+								 * roles with its privileges, fairshare_admin
+								 * and superusers may release or renew it.
+								 * InvalidOid: restored from a state file of
+								 * a version before owners (anyone may; the
+								 * first renew makes the renewer the owner) */
 	uint8		state;			/* FsLeaseState */
 } FsLease;
 
@@ -40,6 +46,7 @@ typedef struct FsLeaseInfo
 	TimestampTz acquired_at;
 	TimestampTz expires_at;
 	int32		holder_pid;
+	Oid			owner;
 	uint8		state;
 } FsLeaseInfo;
 
@@ -61,12 +68,11 @@ extern void fs_slots_init(void);
 extern void fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
 							TimestampTz now, FsSlotDecision *decision);
 extern bool fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs);
-extern bool fs_slot_renew(int64 lease_id, int64 lease_usecs, TimestampTz now);
 extern int	fs_sweep_expired_leases(TimestampTz now);
 
 extern void fs_lease_foreach(fs_lease_visitor visitor, void *arg);
-extern bool fs_lease_restore(int64 lease_id, FsTenant *tenant, TimestampTz acquired_at,
-							 TimestampTz expires_at, bool orphan);
+extern bool fs_lease_restore(int64 lease_id, FsTenant *tenant, Oid owner,
+							 TimestampTz acquired_at, TimestampTz expires_at, bool orphan);
 extern long fs_lease_count(void);
 
 #endif							/* FAIRSHARE_SLOTS_H */

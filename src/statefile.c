@@ -39,7 +39,14 @@
 PG_FUNCTION_INFO_V1(fs_save_state_now);
 
 #define FS_STATE_MAGIC		0x46535331	/* "FSS1" */
-#define FS_STATE_VERSION	1
+
+/*
+ * Format versions: 2 added the owner role to each lease (FsLeaseRecord).
+ * A version 1 file is still read: its leases come back without an owner
+ * (see FsLease.owner).  Any other version is ignored.
+ */
+#define FS_STATE_VERSION	2
+#define FS_STATE_VERSION_NO_OWNERS	1
 
 /* Refuse to read files larger than this (a sanity bound, not a format limit). */
 #define FS_STATE_MAX_BYTES	((Size) 512 * 1024 * 1024)
@@ -98,7 +105,28 @@ typedef struct FsLeaseRecord
 	char		tenant[FS_NAME_BUFLEN];
 	TimestampTz acquired_at;
 	TimestampTz expires_at;
+	Oid			owner;			/* since version 2 */
 } FsLeaseRecord;
+
+/* A lease as version 1 wrote it: no owner. */
+typedef struct FsLeaseRecordV1
+{
+	int64		lease_id;
+	uint32		queue_index;
+	char		tenant[FS_NAME_BUFLEN];
+	TimestampTz acquired_at;
+	TimestampTz expires_at;
+} FsLeaseRecordV1;
+
+StaticAssertDecl(sizeof(FsLeaseRecord) != sizeof(FsLeaseRecordV1),
+				 "the lease records of versions 1 and 2 must differ in size");
+
+/* The size of a lease record in a file of this version. */
+static inline uint32
+fs_lease_record_size(uint32 version)
+{
+	return version == FS_STATE_VERSION_NO_OWNERS ? sizeof(FsLeaseRecordV1) : sizeof(FsLeaseRecord);
+}
 
 /* ----------------------------------------------------------------
  * Writing
@@ -161,6 +189,7 @@ fs_save_lease(const FsLeaseInfo *lease, void *arg)
 	memcpy(record.tenant, lease->tenant_key.tenant, FS_NAME_BUFLEN);
 	record.acquired_at = lease->acquired_at;
 	record.expires_at = lease->expires_at;
+	record.owner = lease->owner;
 	appendBinaryStringInfo(ctx->buf, (char *) &record, sizeof(record));
 	ctx->count++;
 }
@@ -377,9 +406,10 @@ fs_statefile_check(const char *data, Size len, FsStateHeader *header)
 	if (!fs_read(&r, header, sizeof(*header)) ||
 		header->magic != FS_STATE_MAGIC)
 		return false;
-	if (header->version != FS_STATE_VERSION ||
+	if ((header->version != FS_STATE_VERSION &&
+		 header->version != FS_STATE_VERSION_NO_OWNERS) ||
 		header->tenant_size != sizeof(FsTenant) ||
-		header->lease_size != sizeof(FsLeaseRecord) ||
+		header->lease_size != fs_lease_record_size(header->version) ||
 		header->stats_size != sizeof(FsGlobalStats))
 	{
 		ereport(LOG,
@@ -535,7 +565,7 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 				break;
 
 			case FS_SECTION_LEASES:
-				if (section.item_size != sizeof(FsLeaseRecord))
+				if (section.item_size != fs_lease_record_size(header->version))
 					break;
 				for (i = 0; i < section.count; i++)
 				{
@@ -543,7 +573,21 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 					FsTenantKey key;
 					FsTenant   *entry;
 
-					fs_read(&r, &record, sizeof(record));
+					if (header->version == FS_STATE_VERSION_NO_OWNERS)
+					{
+						FsLeaseRecordV1 v1;
+
+						/* Field by field: the layouts differ. */
+						fs_read(&r, &v1, sizeof(v1));
+						record.lease_id = v1.lease_id;
+						record.queue_index = v1.queue_index;
+						memcpy(record.tenant, v1.tenant, FS_NAME_BUFLEN);
+						record.acquired_at = v1.acquired_at;
+						record.expires_at = v1.expires_at;
+						record.owner = InvalidOid;
+					}
+					else
+						fs_read(&r, &record, sizeof(record));
 					if (record.expires_at <= now)
 					{
 						leases_expired++;
@@ -564,7 +608,7 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 					fs_tenant_key_init(&key, queue->queue_id, record.tenant);
 					entry = fs_tenant_insert_unlocked(&key);
 					if (entry == NULL ||
-						!fs_lease_restore(record.lease_id, entry, record.acquired_at,
+						!fs_lease_restore(record.lease_id, entry, record.owner, record.acquired_at,
 										  record.expires_at, !clean))
 					{
 						leases_dropped++;

@@ -219,8 +219,8 @@ fs_lease_state(PG_FUNCTION_ARGS)
 	{
 		const FsLeaseInfo *l = &collect.rows[i];
 		const char *queue = fs_queue_name_of(&queues, l->tenant_key.queue_id);
-		Datum		values[7];
-		bool		nulls[7] = {false, false, false, false, false, false, false};
+		Datum		values[8];
+		bool		nulls[8] = {false, false, false, false, false, false, false, false};
 
 		if (queue == NULL)
 			continue;
@@ -234,6 +234,11 @@ fs_lease_state(PG_FUNCTION_ARGS)
 			nulls[6] = true;
 		else
 			values[6] = Int32GetDatum(l->holder_pid);
+		/* regrole: a dropped owner shows as its OID. */
+		if (!OidIsValid(l->owner))
+			nulls[7] = true;
+		else
+			values[7] = ObjectIdGetDatum(l->owner);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -5,7 +5,7 @@
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS fairshare;
 BEGIN;
-SELECT plan(55);
+SELECT plan(60);
 
 SELECT has_function('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
        'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text']);
@@ -46,14 +46,21 @@ SELECT columns_are('fs_fairness', ARRAY['queue', 'backlogged_tenants', 'ready_ro
        'last_resync_at']);
 SELECT columns_are('fs_fair_shares', ARRAY['queue', 'tenant', 'weight', 'min_slots', 'slots_in_use',
        'ready_rows', 'served', 'share', 'fair_share', 'share_ratio', 'virtual_finish', 'lag']);
--- Registration is an administrator's action; claiming is everyone's (the
--- table's own privileges decide).
+-- Registration is fairshare_admin's (the table's owner's, too); claiming is
+-- fairshare_app's (and the table's own privileges decide); PUBLIC may do
+-- neither.
 SELECT function_privs_are('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
        'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_unregister_queue', ARRAY['text'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_resync', ARRAY['text'], 'public', ARRAY[]::text[]);
-SELECT function_privs_are('fs_claim', ARRAY['text', 'anyelement', 'integer', 'interval'], 'public', ARRAY['EXECUTE']);
-SELECT function_privs_are('fs_ready_tenants', ARRAY['text', 'integer'], 'public', ARRAY['EXECUTE']);
+SELECT function_privs_are('fs_claim', ARRAY['text', 'anyelement', 'integer', 'interval'], 'public', ARRAY[]::text[]);
+SELECT function_privs_are('fs_ready_tenants', ARRAY['text', 'integer'], 'public', ARRAY[]::text[]);
+SELECT function_privs_are('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
+       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text'], 'fairshare_admin', ARRAY['EXECUTE']);
+SELECT function_privs_are('fs_unregister_queue', ARRAY['text'], 'fairshare_admin', ARRAY['EXECUTE']);
+SELECT function_privs_are('fs_resync', ARRAY['text'], 'fairshare_admin', ARRAY['EXECUTE']);
+SELECT function_privs_are('fs_claim', ARRAY['text', 'anyelement', 'integer', 'interval'], 'fairshare_app', ARRAY['EXECUTE']);
+SELECT function_privs_are('fs_ready_tenants', ARRAY['text', 'integer'], 'fairshare_app', ARRAY['EXECUTE']);
 SELECT table_privs_are('fs_fair_queues', 'public', ARRAY['SELECT']);
 
 -- Every error has its SQLSTATE.
