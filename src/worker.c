@@ -632,14 +632,14 @@ fs_database_refusal(bool superuser)
 	int			sessions;
 
 	if (!HeapTupleIsValid(tuple))
-		return psprintf("database %u no longer exists (SQLSTATE 3D000)", MyDatabaseId);
+		return psprintf("database %u no longer exists: no schedule runs", MyDatabaseId);
 	db = (Form_pg_database) GETSTRUCT(tuple);
 	if (!db->datallowconn)
-		refusal = psprintf("database \"%s\" does not allow connections (ALLOW_CONNECTIONS false): no schedule runs (SQLSTATE 55000)",
+		refusal = psprintf("database \"%s\" does not allow connections (ALLOW_CONNECTIONS false): no schedule runs",
 						   NameStr(db->datname));
 	else if (db->datconnlimit >= 0 && !superuser &&
 			 (sessions = CountDBConnections(MyDatabaseId)) >= db->datconnlimit)
-		refusal = psprintf("database \"%s\" has %d sessions, its CONNECTION LIMIT is %d: the run would exceed it (SQLSTATE 53300)",
+		refusal = psprintf("database \"%s\" has %d sessions, its CONNECTION LIMIT is %d: no schedule runs while the run would exceed it",
 						   NameStr(db->datname), sessions, db->datconnlimit);
 	ReleaseSysCache(tuple);
 	return refusal;
