@@ -572,9 +572,9 @@ fs_apply_owner_settings(Oid owner)
  * temporary tables (and, in recent minor releases, types), but not
  * temporary functions or operators, which whatever runs next would find
  * as pg_temp.name (and a temporary type, where it can be made, before the
- * pg_catalog type of that name).  SET ROLE, SET SESSION AUTHORIZATION and cursors WITH HOLD
- * are refused to commands in the first place.  Runs in a transaction, as
- * the worker's own user.
+ * pg_catalog type of that name).  SET ROLE, SET SESSION AUTHORIZATION and
+ * cursors WITH HOLD are refused to commands in the first place.  Runs in a
+ * transaction, as the worker's own user.
  */
 static void
 fs_reset_session(void)
