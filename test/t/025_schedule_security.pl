@@ -221,4 +221,19 @@ advance_to_minute(6);
 is($node->safe_psql('app', q{SELECT count(*) FROM owner_runs WHERE who = 'o_expired'}), '1',
 	'once unlocked, the next run runs, once');
 
+# A database at its CONNECTION LIMIT runs no command but a superuser's.
+$node->safe_psql('app', q{
+	SET ROLE o_kept;
+	SELECT fs_schedule('o_kept', '7 * * * *', command => 'INSERT INTO owner_runs VALUES (current_user)');
+	SET ROLE o_super;
+	SELECT fs_schedule('o_super', '7 * * * *', command => 'INSERT INTO owner_runs VALUES (current_user)');
+});
+$node->safe_psql('postgres', 'ALTER DATABASE app CONNECTION LIMIT 0');
+advance_to_minute(7);
+$node->safe_psql('postgres', 'ALTER DATABASE app CONNECTION LIMIT -1');
+like(runs_at(7, 'o\_k%'),
+	qr/^o_kept: failed database "app" has \d+ sessions, its CONNECTION LIMIT is 0: no schedule runs while the run would exceed it$/,
+	'a database at its connection limit runs no command of a role that is not a superuser');
+is(runs_at(7, 'o\_s%'), 'o_super: succeeded', "a superuser's command passes the database's connection limit");
+
 done_testing();
