@@ -57,6 +57,11 @@ SELECT fs_next_run('* * * * *', 'UTC', 'infinity') AS after_infinity,
 SELECT count(*) AS runs_until_the_end
   FROM fs_next_runs('0 0 * * *', 'UTC', '294276-12-25 12:00+00', 100);
 SELECT count(*) AS zero_runs FROM fs_next_runs('* * * * *', 'UTC', '2024-01-01', 0);
+-- At most 10000 runs per call (fs_claim's bound): more is an error, not
+-- gigabytes of temporary files.
+SELECT count(*) AS most_runs, max(r) AS last_run FROM fs_next_runs('* * * * *', 'UTC', '2024-01-01', 10000) r;
+SELECT count(*) FROM fs_next_runs('* * * * *', 'UTC', '2024-01-01', 10001);
+SELECT count(*) FROM fs_next_runs('* * * * *', 'UTC', '2024-01-01', 2147483647);
 
 -- Pacific/Apia skipped 2011-12-30 entirely (-10 to +14 at 10:00 UTC).  A
 -- fixed-time job runs once at the first instant after the jump, 2011-12-31

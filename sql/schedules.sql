@@ -45,6 +45,32 @@ SELECT fs_schedule('s_bad', '* * * * *', tenant => repeat('t', 64));
 SELECT fs_schedule('s_bad', '* * * * *', queue => NULL);
 SELECT fs_schedule('s_bad', '* * * * *', command => 'SELEC 1');
 SELECT fs_schedule('s_bad', '* * * * *', command => ' ; -- nothing');
+-- Commands that could never run are refused, with the error the run would
+-- have failed with: transaction control, COPY to or from the client,
+-- statements that cannot run in a transaction, and what a
+-- security-restricted operation refuses.
+SELECT fs_schedule('s_bad', '* * * * *', command => 'COMMIT');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'SELECT 1; ROLLBACK');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'BEGIN; SELECT 1; END');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'SAVEPOINT a');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'RELEASE SAVEPOINT a');
+SELECT fs_schedule('s_bad', '* * * * *', command => $$PREPARE TRANSACTION 'x'$$);
+SELECT fs_schedule('s_bad', '* * * * *', command => 'COPY t FROM STDIN');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'COPY (SELECT 1) TO STDOUT');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'VACUUM t');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'CREATE INDEX CONCURRENTLY ON t (a)');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'REINDEX (CONCURRENTLY) TABLE t');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'CREATE DATABASE d');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'ALTER SYSTEM SET work_mem = 1');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'SET ROLE postgres');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'RESET ROLE');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'SET SESSION AUTHORIZATION postgres');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'CREATE TEMP TABLE t (a int)');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'SELECT 1 INTO TEMP t');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'DISCARD ALL');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'LISTEN x');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'PREPARE p AS SELECT 1');
+SELECT fs_schedule('s_bad', '* * * * *', command => 'DECLARE c CURSOR WITH HOLD FOR SELECT 1');
 SELECT fs_schedule('s_bad', '* * * * *', catchup => 'sometimes');
 SELECT fs_schedule('s_bad', '* * * * *', catchup => NULL);
 SELECT fs_unschedule(NULL);
@@ -54,6 +80,16 @@ SELECT * FROM fs_claim_due_schedules(10, NULL);
 SELECT * FROM fs_claim_due_schedules(10, 'infinity');
 \set VERBOSITY terse
 SELECT count(*) AS nothing_created FROM fs_schedules WHERE name = 's_bad';
+-- as_of may be at most a minute after now (the later of the server clock
+-- and fairshare.debug_clock): no claim reaches into the future.
+SELECT * FROM fs_claim_due_schedules(as_of => '9999-01-01');
+\set VERBOSITY sqlstate
+SELECT * FROM fs_claim_due_schedules(as_of => pg_catalog.clock_timestamp() + interval '2 minutes');
+\set VERBOSITY terse
+BEGIN;
+SELECT count(*) >= 0 AS within_a_minute
+  FROM fs_claim_due_schedules(as_of => pg_catalog.clock_timestamp() + interval '30 seconds');
+ROLLBACK;
 
 -- Claims: each run once.  Nothing is due before its time.
 SELECT * FROM fs_claim_due_schedules(as_of => '2024-01-01 00:04:59');
@@ -136,11 +172,31 @@ SELECT count(*) FROM fs_claim_due_schedules(as_of => '2024-01-01 07:00:00') WHER
 SELECT next_run_at, last_error FROM fs_schedule_status WHERE name = 's_change';
 SELECT fs_unschedule('s_change');
 
+-- A schedule whose runs were claimed as of a far future (possible before
+-- as_of was bounded) goes on from now when fs_schedule() is called again,
+-- even with the same expression.
+SELECT fs_schedule('s_future', '0 * * * *') AS future \gset
+UPDATE fs_schedule_state SET last_scheduled_for = '9999-01-01', next_run_at = '9999-01-01 01:00'
+ WHERE schedule_id = :future;
+SELECT fs_schedule('s_future', '0 * * * *') = :future AS same_id;
+SELECT next_run_at, last_run_for FROM fs_schedule_status WHERE name = 's_future';
+SELECT fs_unschedule('s_future');
+
 -- Schedules with a command belong to the background worker, not to claims.
 SELECT fs_schedule('s_cmd', '* * * * *', command => 'SELECT 1') AS cmd \gset
 SELECT count(*) AS worker_runs_not_claimed FROM fs_claim_due_schedules(as_of => '2024-01-01 08:00:00') WHERE name = 's_cmd';
 SELECT command, next_run_at FROM fs_schedule_status WHERE name = 's_cmd';
+-- The worker runs the commands of fairshare.database only (here it is
+-- another database): fs_schedule() warns, and the status says why.
+SELECT not_run_reason FROM fs_schedule_status WHERE name = 's_cmd';
+SELECT count(*) AS without_command_no_reason FROM fs_schedule_status
+ WHERE command IS NULL AND not_run_reason IS NOT NULL;
 SELECT fs_unschedule('s_cmd');
+-- What else a command may hold runs in a transaction, as its owner, and is
+-- accepted: ANALYZE, several statements, COPY to or from a server file.
+SELECT fs_schedule('s_ok', '* * * * *', command => 'ANALYZE; SELECT 1; SELECT 2') IS NOT NULL AS accepted;
+SELECT fs_schedule('s_ok', '* * * * *', command => $$COPY (SELECT 1) TO '/dev/null'$$) IS NOT NULL AS accepted;
+SELECT fs_unschedule('s_ok');
 -- Past runs stay after a schedule is removed.
 SELECT count(*) > 0 AS history_kept FROM fs_recent_runs WHERE name = 's_change';
 

@@ -414,6 +414,14 @@ fs_next_run(PG_FUNCTION_ARGS)
 	PG_RETURN_TIMESTAMPTZ(next);
 }
 
+/*
+ * Most runs one fs_next_runs() call lists: as many as fs_claim() hands out
+ * at most.  A set-returning function in FROM is materialised by the
+ * executor whatever the function does, so without a bound one call could
+ * fill gigabytes of temporary files.
+ */
+#define FS_NEXT_RUNS_MAX			10000
+
 typedef struct FsNextRunsState
 {
 	FsCronCallCache *cache;
@@ -426,6 +434,8 @@ typedef struct FsNextRunsState
  *		RETURNS SETOF timestamptz
  *
  * The next n runs after `after`, in order; fewer when the schedule ends.
+ * Value per call: each run is computed when the executor asks for it, and
+ * n is at most FS_NEXT_RUNS_MAX.
  */
 Datum
 fs_next_runs(PG_FUNCTION_ARGS)
@@ -456,6 +466,12 @@ fs_next_runs(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("the number of runs must not be negative, got %d", n),
 					 errhint("Pass how many runs to list, for example 10.")));
+		if (n > FS_NEXT_RUNS_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("the number of runs must be at most %d, got %d", FS_NEXT_RUNS_MAX, n),
+					 errhint("List at most %d runs per call; to go on, call fs_next_runs() again after the last run listed.",
+							 FS_NEXT_RUNS_MAX)));
 
 		state = palloc(sizeof(FsNextRunsState));
 		state->cache = cache;

@@ -43,6 +43,8 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
+#include "nodes/parsenodes.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "funcapi.h"
@@ -62,12 +64,20 @@
 #include "fairshare.h"
 #include "schedules.h"
 #include "tenant_limits.h"
+#include "worker.h"
 
 PG_FUNCTION_INFO_V1(fs_schedule);
 PG_FUNCTION_INFO_V1(fs_unschedule);
 PG_FUNCTION_INFO_V1(fs_claim_due_schedules);
 
 int			fs_catchup_tolerance_secs = 60;
+
+/*
+ * How far after now a claim's as_of may be (see fs_claim_horizon()): a
+ * minute, the resolution of cron, which also absorbs the clock skew of an
+ * application server that computes as_of itself.
+ */
+#define FS_AS_OF_TOLERANCE_SECS		60
 
 typedef enum FsCatchup
 {
@@ -119,10 +129,19 @@ fs_superuser_enter(FsAsSuperuser *s)
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 }
 
+/*
+ * Back to the caller's user and settings.  The nest level is closed with
+ * isCommit false, as PostgreSQL's own security-restricted operations do:
+ * whatever setting was made inside, even a session-level one (SET without
+ * LOCAL, set_config(..., false)), ends here.  Only fairshare's fixed
+ * queries and C code run inside (no user's trigger, policy or function:
+ * the tables belong to the extension and the superuser bypasses row
+ * security), so this is defence in depth, not a behaviour change.
+ */
 static void
 fs_superuser_exit(FsAsSuperuser *s)
 {
-	AtEOXact_GUC(true, s->save_nestlevel);
+	AtEOXact_GUC(false, s->save_nestlevel);
 	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
 }
 
@@ -160,6 +179,7 @@ typedef enum FsQuery
 	Q_RUN_RESULT,
 	Q_LAST_RESULT,
 	Q_PRUNE,
+	Q_FORGET_LAST,
 	FS_NUM_QUERIES
 } FsQuery;
 
@@ -298,6 +318,10 @@ static const FsQueryDef query_defs[FS_NUM_QUERIES] = {
 		"DELETE FROM %1$s.fs_schedule_runs WHERE ctid = ANY (ARRAY("
 		"  SELECT ctid FROM %1$s.fs_schedule_runs WHERE claimed_at < $1 LIMIT $2))",
 		2, {TIMESTAMPTZOID, INT4OID}
+	},
+	[Q_FORGET_LAST] = {
+		"UPDATE %1$s.fs_schedule_state SET last_scheduled_for = NULL WHERE schedule_id = $1",
+		1, {INT8OID}
 	}
 };
 
@@ -361,6 +385,36 @@ fs_sees_all_schedules(Oid role)
 	Oid			admin = get_role_oid(FS_ADMIN_ROLE, true);
 
 	return superuser_arg(role) || (OidIsValid(admin) && is_member_of_role(role, admin));
+}
+
+/*
+ * The latest as_of a claim accepts, and so the latest instant a claim can
+ * hand out or move next_run_at past: FS_AS_OF_TOLERANCE_SECS after now,
+ * now being the later of the server's clock and fairshare.debug_clock (so
+ * that tests can move time forward, never that a claim can reach further
+ * back than the real clock).  A claim as of a far future would hand out
+ * every run up to it early, once ever, and leave next_run_at there.
+ */
+TimestampTz
+fs_claim_horizon(void)
+{
+	return Max(GetCurrentTimestamp(), fs_now()) +
+		(TimestampTz) FS_AS_OF_TOLERANCE_SECS * USECS_PER_SEC;
+}
+
+/* Refuse an as_of later than fs_claim_horizon(). */
+static void
+fs_check_as_of(TimestampTz as_of)
+{
+	TimestampTz horizon = fs_claim_horizon();
+
+	if (as_of > horizon)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("as_of must be at most %d seconds after now, got %s",
+						FS_AS_OF_TOLERANCE_SECS, timestamptz_to_str(as_of)),
+				 errdetail("The latest as_of accepted now is %s.", timestamptz_to_str(horizon)),
+				 errhint("Leave as_of out to claim the runs due now: runs scheduled later are claimed when they are due.")));
 }
 
 /* ----------------------------------------------------------------
@@ -431,18 +485,196 @@ fs_command_error_callback(void *arg)
 	errcontext("command of the schedule");
 }
 
-/* A command must be SQL that parses, with at least one statement. */
+/* Is this the relpersistence of a temporary relation in the raw tree? */
+static bool
+fs_raw_is_temp(const RangeVar *rel)
+{
+	return rel != NULL && rel->relpersistence == RELPERSISTENCE_TEMP;
+}
+
+/*
+ * Why a statement of a command can never run, or NULL.  The worker runs a
+ * command through SPI, inside the run's transaction, as its owner in a
+ * security-restricted operation; PostgreSQL refuses there:
+ *
+ *	 - transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE,
+ *	   PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED): the run is one
+ *	   transaction, committed by the scheduler with its ledger row;
+ *	 - COPY from or to the client (STDIN, STDOUT): there is no client;
+ *	 - statements that cannot run inside a transaction block or a function
+ *	   (VACUUM, CREATE/DROP DATABASE and TABLESPACE, ALTER SYSTEM, the
+ *	   CONCURRENTLY forms of CREATE INDEX, DROP INDEX and REINDEX, REINDEX
+ *	   SYSTEM/DATABASE, CLUSTER of every table, DISCARD ALL);
+ *	 - what a security-restricted operation refuses: SET ROLE, SET SESSION
+ *	   AUTHORIZATION, DISCARD, LISTEN, UNLISTEN, PREPARE, temporary tables,
+ *	   sequences and views, cursors WITH HOLD.
+ *
+ * Each is refused when the schedule is made, with the SQLSTATE the run
+ * would fail with.  (What only fails at run time, such as set_config('role')
+ * or a procedure that commits, fails the run with its own error.)
+ */
+static const char *
+fs_statement_refusal(Node *stmt, int *sqlstate, const char **hint)
+{
+	const char *what = NULL;
+
+	*sqlstate = ERRCODE_ACTIVE_SQL_TRANSACTION;
+	*hint = "Run it from a client session instead (a cron job running psql, for example); a schedule's command runs inside a transaction.";
+	switch (nodeTag(stmt))
+	{
+		case T_TransactionStmt:
+			*sqlstate = ERRCODE_INVALID_TRANSACTION_TERMINATION;
+			*hint = "Remove it: each run is one transaction, committed when the command succeeds and rolled back when it fails.";
+			return "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, PREPARE TRANSACTION)";
+		case T_CopyStmt:
+			if (((CopyStmt *) stmt)->filename == NULL)
+			{
+				*sqlstate = ERRCODE_FEATURE_NOT_SUPPORTED;
+				*hint = "Use INSERT ... SELECT, or COPY to or from a file or program on the server.";
+				return "COPY FROM STDIN or TO STDOUT (no client is connected to the background worker)";
+			}
+			break;
+		case T_VacuumStmt:
+			if (((VacuumStmt *) stmt)->is_vacuumcmd)
+			{
+				*hint = "Use ANALYZE, which can run in a transaction, and leave VACUUM to autovacuum or to a client session.";
+				return "VACUUM";
+			}
+			break;
+		case T_CreatedbStmt:
+			return "CREATE DATABASE";
+		case T_DropdbStmt:
+			return "DROP DATABASE";
+		case T_CreateTableSpaceStmt:
+			return "CREATE TABLESPACE";
+		case T_DropTableSpaceStmt:
+			return "DROP TABLESPACE";
+		case T_AlterSystemStmt:
+			return "ALTER SYSTEM";
+		case T_IndexStmt:
+			if (((IndexStmt *) stmt)->concurrent)
+				return "CREATE INDEX CONCURRENTLY";
+			break;
+		case T_DropStmt:
+			if (((DropStmt *) stmt)->concurrent)
+				return "DROP INDEX CONCURRENTLY";
+			break;
+		case T_ReindexStmt:
+			{
+				ReindexStmt *r = (ReindexStmt *) stmt;
+				ListCell   *lc;
+
+				if (r->kind == REINDEX_OBJECT_SYSTEM || r->kind == REINDEX_OBJECT_DATABASE)
+					return "REINDEX SYSTEM or DATABASE";
+				foreach(lc, r->params)
+				{
+					DefElem    *opt = (DefElem *) lfirst(lc);
+
+					if (strcmp(opt->defname, "concurrently") == 0)
+						return "REINDEX CONCURRENTLY";
+				}
+			}
+			break;
+		case T_ClusterStmt:
+			if (((ClusterStmt *) stmt)->relation == NULL)
+			{
+				*hint = "Name the table to cluster.";
+				return "CLUSTER without a table";
+			}
+			break;
+		default:
+			break;
+	}
+
+	*sqlstate = ERRCODE_INSUFFICIENT_PRIVILEGE;
+	*hint = "A schedule's command runs as its owner in a security-restricted operation, like maintenance commands; it cannot change its role or leave session state behind.";
+	switch (nodeTag(stmt))
+	{
+		case T_VariableSetStmt:
+			{
+				VariableSetStmt *v = (VariableSetStmt *) stmt;
+
+				if (v->name != NULL &&
+					(strcmp(v->name, "role") == 0 || strcmp(v->name, "session_authorization") == 0))
+					return "SET ROLE, RESET ROLE or SET SESSION AUTHORIZATION";
+			}
+			break;
+		case T_DiscardStmt:
+			what = "DISCARD";
+			break;
+		case T_ListenStmt:
+			what = "LISTEN";
+			break;
+		case T_PrepareStmt:
+			what = "PREPARE";
+			break;
+		case T_UnlistenStmt:
+			what = "UNLISTEN";
+			break;
+		case T_CreateStmt:
+			if (fs_raw_is_temp(((CreateStmt *) stmt)->relation))
+				what = "a temporary table";
+			break;
+		case T_CreateSeqStmt:
+			if (fs_raw_is_temp(((CreateSeqStmt *) stmt)->sequence))
+				what = "a temporary sequence";
+			break;
+		case T_ViewStmt:
+			if (fs_raw_is_temp(((ViewStmt *) stmt)->view))
+				what = "a temporary view";
+			break;
+		case T_CreateTableAsStmt:
+			if (fs_raw_is_temp(((CreateTableAsStmt *) stmt)->into->rel))
+				what = "a temporary table";
+			break;
+		case T_SelectStmt:
+			if (((SelectStmt *) stmt)->intoClause != NULL &&
+				fs_raw_is_temp(((SelectStmt *) stmt)->intoClause->rel))
+				what = "a temporary table";
+			break;
+		case T_DeclareCursorStmt:
+			if (((DeclareCursorStmt *) stmt)->options & CURSOR_OPT_HOLD)
+				what = "a cursor WITH HOLD";
+			break;
+		default:
+			break;
+	}
+	return what;
+}
+
+/*
+ * A command must be SQL that parses, with at least one statement, none of
+ * which can never run (fs_statement_refusal()).  Parsed with PostgreSQL's
+ * raw parser: names are not looked up, so a command may use objects
+ * created later.
+ */
 static void
 fs_check_command(const char *command)
 {
 	ErrorContextCallback callback;
 	List	   *statements;
+	ListCell   *lc;
 
 	callback.callback = fs_command_error_callback;
 	callback.arg = (void *) command;
 	callback.previous = error_context_stack;
 	error_context_stack = &callback;
 	statements = raw_parser(command, RAW_PARSE_DEFAULT);
+
+	foreach(lc, statements)
+	{
+		RawStmt    *raw = lfirst_node(RawStmt, lc);
+		int			sqlstate;
+		const char *hint;
+		const char *what = fs_statement_refusal(raw->stmt, &sqlstate, &hint);
+
+		if (what != NULL)
+			ereport(ERROR,
+					(errcode(sqlstate),
+					 errmsg("%s cannot be used in a schedule's command", what),
+					 errhint("%s", hint),
+					 errposition(raw->stmt_location + 1)));
+	}
 	error_context_stack = callback.previous;
 
 	if (statements == NIL)
@@ -450,6 +682,35 @@ fs_check_command(const char *command)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command has no SQL statement"),
 				 errhint("Pass SQL to run at each run, or NULL to claim the runs with fs_claim_due_schedules().")));
+}
+
+/*
+ * Warn when the background worker will not run a command made here: it
+ * runs the commands of fairshare.database only.  A warning, not an error:
+ * fairshare.database is reloadable, so it may be pointed at this database
+ * after the schedules are made (or a dump restored here), and a schedule
+ * made in the right database stops running if it is pointed elsewhere;
+ * fs_schedule_status.not_run_reason says so for as long as it lasts.
+ */
+static void
+fs_warn_command_not_run(const char *name)
+{
+	const char *here = get_database_name(MyDatabaseId);
+
+	if (!fs_worker_enabled)
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("the command of schedule \"%s\" will not run: fairshare.worker is off", name),
+				 errhint("Set fairshare.worker = on and fairshare.database = '%s', and restart the server.",
+						 here)));
+	else if (fs_worker_database == NULL || strcmp(fs_worker_database, here) != 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("the command of schedule \"%s\" will not run while fairshare.database is \"%s\", not \"%s\"",
+						name, fs_worker_database ? fs_worker_database : "", here),
+				 errdetail("The background worker runs the commands of the schedules of fairshare.database only."),
+				 errhint("Make the schedule in database \"%s\", or set fairshare.database = '%s' and reload.",
+						 fs_worker_database ? fs_worker_database : "", here)));
 }
 
 static Datum
@@ -559,6 +820,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 	{
 		command = text_to_cstring(PG_GETARG_TEXT_PP(6));
 		fs_check_command(command);
+		fs_warn_command_not_run(name);
 	}
 	catchup = text_to_cstring(fs_required_text(fcinfo, 7, "catchup",
 											   "Pass 'latest', 'all' or 'skip'."));
@@ -591,9 +853,24 @@ fs_schedule(PG_FUNCTION_ARGS)
 			bool		no_last = isnull;
 			Datum		next = SPI_getbinval(row, desc, 5, &isnull);
 			bool		no_next = isnull;
+			bool		future_claim;
 
 			schedule_id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-			if (strcmp(old_cron, cron_text) != 0 || strcmp(old_zone, zone_name) != 0)
+
+			/*
+			 * A run claimed beyond fs_claim_horizon() was claimed as of a
+			 * future time (only possible before as_of was bounded): the
+			 * schedule would not run again until then.  Forget it, and go
+			 * on from now, whatever changed.
+			 */
+			future_claim = !no_last && DatumGetTimestampTz(last_for) > fs_claim_horizon();
+			if (future_claim)
+			{
+				args[0] = Int64GetDatum(schedule_id);
+				fs_execute(Q_FORGET_LAST, args, NULL, false, 0);
+				no_last = true;
+			}
+			if (future_claim || strcmp(old_cron, cron_text) != 0 || strcmp(old_zone, zone_name) != 0)
 			{
 				TimestampTz from = now;
 
@@ -1315,6 +1592,7 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 		elog(ERROR, "runs of schedules with a command are claimed one schedule at a time");
 	if (max_runs <= 0)
 		return 0;
+	fs_check_as_of(as_of);
 	memset(&c, 0, sizeof(c));
 	c.caller = CurrentMemoryContext;
 
@@ -1438,6 +1716,7 @@ fs_claim_due_schedules(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("as_of must be a finite time"),
 				 errhint("Leave it out to claim the runs due now.")));
+	fs_check_as_of(as_of);
 
 	InitMaterializedSRF(fcinfo, 0);
 	nruns = fs_claim_runs(false, 0, max_runs, as_of, claimer, fs_sees_all_schedules(claimer),

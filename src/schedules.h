@@ -84,6 +84,12 @@ extern void fs_finish_run(const FsClaimedRun *run, const char *error);
 /* Delete ledger rows claimed before `before`; returns how many. */
 extern uint64 fs_prune_runs(TimestampTz before, int limit);
 
+/*
+ * The latest as_of a claim accepts: a little after now (the later of the
+ * server clock and fairshare.debug_clock).
+ */
+extern TimestampTz fs_claim_horizon(void);
+
 /* Does `role` see every owner's schedules (superuser or admin member)? */
 extern bool fs_sees_all_schedules(Oid role);
 

@@ -37,10 +37,11 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
-#include "catalog/pg_database.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_database.h"
 #include "catalog/pg_db_role_setting.h"
 #include "commands/async.h"
 #include "commands/dbcommands.h"
@@ -57,6 +58,7 @@
 #include "storage/latch.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "tcop/dest.h"
 #include "tcop/tcopprot.h"
@@ -562,10 +564,17 @@ fs_apply_owner_settings(Oid owner)
 
 /*
  * Undo what a command may have left in this session, so that nothing of
- * one owner's run reaches the next one or the worker's own queries: SET
- * without LOCAL, prepared statements, LISTEN, session advisory locks,
- * sequence state (currval, lastval).  Temporary objects, SET ROLE and
- * cursors WITH HOLD are refused to commands in the first place.
+ * one owner's run reaches the next one or the worker's own queries, like
+ * DISCARD ALL does: settings (already undone with the command's GUC nest
+ * level, see fs_run_command()), prepared statements, LISTEN, session
+ * advisory locks, sequence state (currval, lastval), and the objects of
+ * the session's temporary schema: a security-restricted operation refuses
+ * temporary tables (and, in recent minor releases, types), but not
+ * temporary functions or operators, which whatever runs next would find
+ * as pg_temp.name (and a temporary type, where it can be made, before the
+ * pg_catalog type of that name).  SET ROLE, SET SESSION AUTHORIZATION and
+ * cursors WITH HOLD are refused to commands in the first place.  Runs in a
+ * transaction, as the worker's own user.
  */
 static void
 fs_reset_session(void)
@@ -575,6 +584,7 @@ fs_reset_session(void)
 	Async_UnlistenAll();
 	LockReleaseAll(USER_LOCKMETHOD, true);
 	ResetSequenceCaches();
+	ResetTempTableNamespace();
 }
 
 /*
@@ -606,14 +616,53 @@ fs_disable_command_timeouts(void)
 }
 
 /*
+ * Why no command may run in this database now, or NULL: the checks
+ * PostgreSQL makes of the database when a session starts (CheckMyDatabase()).
+ * The scheduler is already connected, so without them a database closed
+ * to connections (ALLOW_CONNECTIONS false) or full (CONNECTION LIMIT) would
+ * still have commands run in it.  `superuser`: the owner is one, and
+ * passes the connection limit, as at login.
+ */
+static char *
+fs_database_refusal(bool superuser)
+{
+	HeapTuple	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(MyDatabaseId));
+	Form_pg_database db;
+	char	   *refusal = NULL;
+	int			sessions;
+
+	if (!HeapTupleIsValid(tuple))
+		return psprintf("database %u no longer exists: no schedule runs", MyDatabaseId);
+	db = (Form_pg_database) GETSTRUCT(tuple);
+	if (!db->datallowconn)
+		refusal = psprintf("database \"%s\" does not allow connections (ALLOW_CONNECTIONS false): no schedule runs",
+						   NameStr(db->datname));
+	else if (db->datconnlimit >= 0 && !superuser &&
+			 (sessions = CountDBConnections(MyDatabaseId)) >= db->datconnlimit)
+		refusal = psprintf("database \"%s\" has %d sessions, its CONNECTION LIMIT is %d: no schedule runs while the run would exceed it",
+						   NameStr(db->datname), sessions, db->datconnlimit);
+	ReleaseSysCache(tuple);
+	return refusal;
+}
+
+/*
  * Why the command of `run` must not run as its owner now, or NULL.  The
  * owner is a role, kept by OID: a role dropped since is not replaced by one
  * created with its name, and a renamed one may have been renamed so as to
  * be mistaken for another (it takes its schedules back by calling
  * fs_schedule() for them again).  Nor does it run for a role that could
- * not start a session here itself: one that may not log in, or may not
- * connect to this database.  These are checked at each run, so that
- * locking a role out stops its commands too.
+ * not start a session here itself, by the checks PostgreSQL makes at login
+ * (InitializeSessionUserId(), CheckMyDatabase()): one that may not log in
+ * (NOLOGIN), whose password expired (VALID UNTIL, which PostgreSQL checks
+ * at password authentication only: here it counts as locking the role
+ * out, whatever the authentication method), that has as many sessions as
+ * its CONNECTION LIMIT allows (the run would be one more, as a login
+ * would; superusers pass, as at login), that lacks CONNECT on this
+ * database, or when the database refuses connections
+ * (fs_database_refusal()).  These are checked at each run, so that
+ * locking a role out stops its commands too.  The refused run is recorded
+ * as failed with the reason, and not retried: the next scheduled run is
+ * checked again.
  */
 static char *
 fs_owner_refusal(const FsClaimedRun *run)
@@ -621,22 +670,67 @@ fs_owner_refusal(const FsClaimedRun *run)
 	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(run->owner_oid));
 	Form_pg_authid role;
 	char	   *refusal = NULL;
+	Datum		valid_until;
+	bool		no_valid_until;
+	int			sessions;
 
 	if (!HeapTupleIsValid(tuple))
 		return psprintf("role \"%s\" (OID %u) no longer exists: its schedules do not run",
 						run->owner, run->owner_oid);
 	role = (Form_pg_authid) GETSTRUCT(tuple);
+	valid_until = SysCacheGetAttr(AUTHOID, tuple, Anum_pg_authid_rolvaliduntil, &no_valid_until);
 	if (strcmp(NameStr(role->rolname), run->owner) != 0)
 		refusal = psprintf("role \"%s\" was renamed to \"%s\": its schedules do not run until it calls fs_schedule() for them again",
 						   run->owner, NameStr(role->rolname));
 	else if (!role->rolcanlogin)
 		refusal = psprintf("role \"%s\" may not log in: its schedules do not run",
 						   run->owner);
+	else if (!no_valid_until && DatumGetTimestampTz(valid_until) < GetCurrentTimestamp())
+		refusal = psprintf("role \"%s\" expired at %s (VALID UNTIL): its schedules do not run",
+						   run->owner, timestamptz_to_str(DatumGetTimestampTz(valid_until)));
+	else if (role->rolconnlimit >= 0 && !role->rolsuper &&
+			 (sessions = CountUserBackends(run->owner_oid)) >= role->rolconnlimit)
+		refusal = psprintf("role \"%s\" has %d sessions, its CONNECTION LIMIT is %d: its schedules do not run while the run would exceed it",
+						   run->owner, sessions, role->rolconnlimit);
 	else if (pg_database_aclcheck(MyDatabaseId, run->owner_oid, ACL_CONNECT) != ACLCHECK_OK)
 		refusal = psprintf("role \"%s\" may not connect to database \"%s\": its schedules do not run",
 						   run->owner, get_database_name(MyDatabaseId));
+	else
+		refusal = fs_database_refusal(role->rolsuper);
 	ReleaseSysCache(tuple);
 	return refusal;
+}
+
+/*
+ * Raise the error for SPI's failure code `ret` running a command: what SPI
+ * refused, with the SQLSTATE PostgreSQL uses for it, for the run's record.
+ * fs_schedule() refuses these statements, but a schedule made before it
+ * did may still have them.
+ */
+static void
+fs_command_spi_error(int ret)
+{
+	switch (ret)
+	{
+		case SPI_ERROR_TRANSACTION:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TRANSACTION_TERMINATION),
+					 errmsg("transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, PREPARE TRANSACTION) cannot be used in a schedule's command"),
+					 errhint("Remove it: each run is one transaction, committed when the command succeeds and rolled back when it fails.")));
+			break;
+		case SPI_ERROR_COPY:
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("COPY FROM STDIN or TO STDOUT (no client is connected to the background worker) cannot be used in a schedule's command"),
+					 errhint("Use INSERT ... SELECT, or COPY to or from a file or program on the server.")));
+			break;
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("the command could not be run: %s", SPI_result_code_string(ret)),
+					 errhint("Change the command with fs_schedule().")));
+			break;
+	}
 }
 
 /*
@@ -647,10 +741,15 @@ fs_owner_refusal(const FsClaimedRun *run)
  * Privilege: the command runs with the owner as the current user, in a
  * security-restricted operation (SECURITY_LOCAL_USERID_CHANGE and
  * SECURITY_RESTRICTED_OPERATION, as for maintenance commands on a table's
- * owner's behalf): SET ROLE, SET SESSION AUTHORIZATION and temporary
- * objects are refused, so the worker's own superuser session cannot be
- * reached from it.  Its GUCs start from the server's defaults plus the
- * owner's role settings (fs_reset_session() ran after the previous run).
+ * owner's behalf): SET ROLE, SET SESSION AUTHORIZATION, temporary tables
+ * and cursors WITH HOLD are refused, so the worker's own superuser session
+ * cannot be reached from it.  Its GUCs start from the server's defaults
+ * plus the owner's role settings, and whatever it sets ends with it; what
+ * else it leaves in the session is undone by fs_reset_session() before
+ * anything else runs.  Nor can it leave a deferred trigger to fire at the
+ * run's commit, as the worker: PostgreSQL refuses to queue one in a
+ * security-restricted operation ("cannot fire deferred trigger within
+ * security-restricted operation").
  */
 static char *
 fs_run_command(const FsClaimedRun *run)
@@ -665,6 +764,7 @@ fs_run_command(const FsClaimedRun *run)
 	PG_TRY();
 	{
 		int			nestlevel = NewGUCNestLevel();
+		int			ret;
 		SPIExecuteOptions options;
 		TimestampTz started;
 		Oid			save_userid;
@@ -710,8 +810,9 @@ fs_run_command(const FsClaimedRun *run)
 		 */
 		memset(&options, 0, sizeof(options));
 		options.dest = None_Receiver;
-		if (SPI_execute_extended(run->command, &options) < 0)
-			elog(ERROR, "the command of schedule \"%s\" could not be run", run->name);
+		ret = SPI_execute_extended(run->command, &options);
+		if (ret < 0)
+			fs_command_spi_error(ret);
 		SPI_finish();
 		fs_disable_command_timeouts();
 
@@ -724,8 +825,16 @@ fs_run_command(const FsClaimedRun *run)
 							fs_command_timeout_ms),
 					 errhint("Let the command end when it is cancelled (do not catch query_canceled), or raise fairshare.command_timeout.")));
 
+		/*
+		 * isCommit false, as PostgreSQL's own security-restricted
+		 * operations (VACUUM, CREATE INDEX, REFRESH MATERIALIZED VIEW) do:
+		 * every setting the command made, even a session-level one (SET
+		 * without LOCAL, set_config(..., false)), ends here with the
+		 * owner's role settings, instead of reaching the next owner's
+		 * command or the worker's own queries.
+		 */
+		AtEOXact_GUC(false, nestlevel);
 		SetUserIdAndSecContext(save_userid, save_sec_context);
-		AtEOXact_GUC(true, nestlevel);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(context);
 		CurrentResourceOwner = owner;

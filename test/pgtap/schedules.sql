@@ -46,7 +46,7 @@ SELECT has_view('fs_recent_runs');
 SELECT has_view('fs_scheduler');
 SELECT columns_are('fs_schedule_status', ARRAY['schedule_id', 'owner', 'name', 'cron', 'timezone',
   'tenant', 'queue', 'payload', 'command', 'catchup', 'next_run_at', 'last_run_for',
-  'last_run_state', 'last_run_finished_at', 'last_error', 'last_error_at']);
+  'last_run_state', 'last_run_finished_at', 'last_error', 'last_error_at', 'not_run_reason']);
 
 -- Privileges: read-only for everybody; row-level security decides what.
 SELECT table_privs_are('fs_schedules', 'public', ARRAY['SELECT']);

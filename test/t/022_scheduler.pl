@@ -100,13 +100,15 @@ $node->safe_psql('app', q{
 	SET ROLE bob;
 	SELECT fs_schedule('b_minutely', '* * * * *',
 	                   command => $$INSERT INTO bob_runs SELECT current_user, r.name, r.scheduled_for FROM fs_current_run() r$$);
-	SELECT fs_schedule('b_set_role', '1 * * * *', command => 'SET ROLE postgres');
+	-- fs_schedule() refuses SET ROLE, SET SESSION AUTHORIZATION, temporary
+	-- tables and PREPARE; run from dynamic SQL, they fail at run time.
+	SELECT fs_schedule('b_set_role', '1 * * * *', command => $c$DO $x$BEGIN EXECUTE 'SET ROLE postgres'; END$x$$c$);
 	SELECT fs_schedule('b_set_config', '1 * * * *', command => $$SELECT set_config('role', 'postgres', false)$$);
-	SELECT fs_schedule('b_session_auth', '1 * * * *', command => 'SET SESSION AUTHORIZATION postgres');
+	SELECT fs_schedule('b_session_auth', '1 * * * *', command => $c$DO $x$BEGIN EXECUTE 'SET SESSION AUTHORIZATION postgres'; END$x$$c$);
 	SELECT fs_schedule('b_read_alice', '1 * * * *', command => 'INSERT INTO bob_runs (note) SELECT who FROM alice_runs');
-	SELECT fs_schedule('b_temp', '1 * * * *', command => 'CREATE TEMP TABLE t (x int)');
+	SELECT fs_schedule('b_temp', '1 * * * *', command => $c$DO $x$BEGIN EXECUTE 'CREATE TEMP TABLE t (x int)'; END$x$$c$);
 	SELECT fs_schedule('b_superuser_only', '1 * * * *', command => $$COPY bob_runs TO PROGRAM 'true'$$);
-	SELECT fs_schedule('b_prepare', '1 * * * *', command => 'PREPARE p AS SELECT 1');
+	SELECT fs_schedule('b_prepare', '1 * * * *', command => $c$DO $x$BEGIN EXECUTE 'PREPARE p AS SELECT 1'; END$x$$c$);
 	SELECT fs_schedule('b_leak', '1 * * * *',
 	                   command => 'SET search_path = bob_evil, public; SELECT pg_advisory_lock(7)');
 });

@@ -29,6 +29,8 @@ $node->safe_psql('app', q{
 	SET ROLE alice;
 	SELECT fs_schedule('alice_schedule', '0 * * * *', payload => '{"who": "alice"}');
 	RESET ROLE;
+	-- A claim reaches at most a minute past fairshare's clock: move it.
+	SELECT set_config('fairshare.debug_clock', extract(epoch FROM now() + interval '2 hours')::text, false);
 	SELECT count(*) FROM fs_claim_due_schedules(1000, now() + interval '2 hours');
 });
 is($node->safe_psql('app', 'SELECT count(*) FROM fs_schedule_runs'), '2', 'the ledger has runs');
