@@ -609,39 +609,6 @@ fs_check_may_replace(HeapTuple old, TupleDesc old_desc, const char *queue_name,
 						 "table under another queue name.")));
 }
 
-/*
- * Switch to the owner of `rel` in a security-restricted operation, with GUC
- * changes confined, as CREATE INDEX does while it evaluates index
- * expressions: registration folds constant subexpressions (which runs
- * immutable functions, possibly the table owner's) to compare them with the
- * table's indexes, and that must not run them with the caller's rights when
- * a superuser registers another role's table.  Undone by fs_as_owner_end()
- * or, on error, by transaction abort.
- */
-typedef struct FsAsOwner
-{
-	Oid			save_userid;
-	int			save_sec_context;
-	int			nest;
-} FsAsOwner;
-
-static void
-fs_as_owner_begin(FsAsOwner *s, Relation rel)
-{
-	GetUserIdAndSecContext(&s->save_userid, &s->save_sec_context);
-	SetUserIdAndSecContext(rel->rd_rel->relowner,
-						   s->save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	s->nest = NewGUCNestLevel();
-}
-
-static void
-fs_as_owner_end(FsAsOwner *s)
-{
-	AtEOXact_GUC(false, s->nest);
-	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
-}
-
 static Relation
 fs_open_table(Oid relid, const char *what, const char *queue_name)
 {
@@ -1263,7 +1230,7 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	Oid			indexoid;
 	bool		index_created = false;
 	bool		key_unique;
-	FsAsOwner	as_owner;
+	FsRunAs		as_owner;
 	Oid			old_ready = InvalidOid;
 	Oid			old_running = InvalidOid;
 	Oid			old_index = InvalidOid;
@@ -1392,12 +1359,14 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	/*
 	 * The key must tell rows apart, and the index the claim query walks.
 	 * Both compare the registration's expressions with the table's indexes
-	 * (folding constants), as the table's owner.
+	 * (folding constants, which runs immutable functions, possibly the
+	 * owner's), as the table's owner in a security-restricted operation, as
+	 * CREATE INDEX evaluates index expressions (run_as.c).
 	 */
-	fs_as_owner_begin(&as_owner, ready);
+	fs_run_as_begin(&as_owner, ready->rd_rel->relowner, 0);
 	key_unique = fs_key_is_unique(ready, key);
 	indexoid = key_unique ? fs_find_index(ready, tenant, order, ready_quals) : InvalidOid;
-	fs_as_owner_end(&as_owner);
+	fs_run_as_end(&as_owner);
 	if (!key_unique)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -12,7 +12,12 @@
  *	- the triggers on a registered table evaluate registered expressions
  *	  that call functions other than pg_catalog's as the table's owner,
  *	  read-only;
- *	- the background worker runs a schedule's command as its owner.
+ *	- the background worker runs a schedule's command as its owner;
+ *	- registration folds the constant parts of expressions as the table's
+ *	  owner, as CREATE INDEX evaluates them;
+ *	- the schedule functions run fairshare's own fixed queries as the
+ *	  bootstrap superuser (FS_RUN_AS_UNRESTRICTED: no other role's code runs
+ *	  there, the settings are discarded all the same).
  *
  * The rules are PostgreSQL's own for maintenance commands on a table it does
  * not trust (VACUUM, ANALYZE, CREATE INDEX, REFRESH MATERIALIZED VIEW):
@@ -72,10 +77,17 @@ fs_search_path_end(int nestlevel)
 void
 fs_run_as_begin(FsRunAs *state, Oid role, int flags)
 {
+	int			sec_context;
+
 	GetUserIdAndSecContext(&state->save_userid, &state->save_sec_context);
-	SetUserIdAndSecContext(role, state->save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	state->nestlevel = fs_search_path_begin();
+	sec_context = state->save_sec_context | SECURITY_LOCAL_USERID_CHANGE;
+	if (!(flags & FS_RUN_AS_UNRESTRICTED))
+		sec_context |= SECURITY_RESTRICTED_OPERATION;
+	SetUserIdAndSecContext(role, sec_context);
+	if (flags & FS_RUN_AS_OWN_PATH)
+		state->nestlevel = NewGUCNestLevel();
+	else
+		state->nestlevel = fs_search_path_begin();
 
 	/*
 	 * Going to read-only is allowed at any point of a transaction; going

@@ -25,11 +25,23 @@ typedef struct FsRunAs
 } FsRunAs;
 
 /*
- * With FS_RUN_AS_READ_ONLY the turn also runs as a read-only transaction
- * would: the role's code cannot write anything, temporary objects included
- * (a temporary domain or function would otherwise stay in the session).
+ * Flags of fs_run_as_begin():
+ *
+ * FS_RUN_AS_READ_ONLY: the turn also runs as a read-only transaction would:
+ * the role's code cannot write anything, temporary objects included (a
+ * temporary domain or function would otherwise stay in the session).
+ *
+ * FS_RUN_AS_OWN_PATH: leave search_path as it is (the caller sets the
+ * role's own settings, as the scheduler does for a command); by default it
+ * is pg_catalog, pg_temp.
+ *
+ * FS_RUN_AS_UNRESTRICTED: no security-restricted operation, for
+ * fairshare's own fixed queries run as a superuser (never another role's
+ * code).
  */
 #define FS_RUN_AS_READ_ONLY		0x01
+#define FS_RUN_AS_OWN_PATH		0x02
+#define FS_RUN_AS_UNRESTRICTED	0x04
 
 extern void fs_run_as_begin(FsRunAs *state, Oid role, int flags);
 extern void fs_run_as_end(FsRunAs *state);

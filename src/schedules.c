@@ -62,6 +62,7 @@
 
 #include "cron_sql.h"
 #include "fairshare.h"
+#include "run_as.h"
 #include "schedules.h"
 #include "tenant_limits.h"
 #include "worker.h"
@@ -106,43 +107,25 @@ fs_schedules_init(void)
  * ----------------------------------------------------------------
  */
 
-typedef struct FsAsSuperuser
-{
-	Oid			save_userid;
-	int			save_sec_context;
-	int			save_nestlevel;
-} FsAsSuperuser;
-
 /*
- * From here on, run our own fixed queries as the bootstrap superuser with
- * a search_path the caller cannot influence.  Errors undo both (transaction
- * or subtransaction abort restores the user and the GUC nesting).
+ * Run fairshare's own fixed queries on the schedule tables as the bootstrap
+ * superuser, with search_path pg_catalog, pg_temp, every setting made
+ * inside discarded at the end (run_as.c).  No role's code runs there: the
+ * tables belong to the extension, and the superuser bypasses row security.
+ * Errors undo it (transaction or subtransaction abort).
  */
+typedef FsRunAs FsAsSuperuser;
+
 static void
 fs_superuser_enter(FsAsSuperuser *s)
 {
-	GetUserIdAndSecContext(&s->save_userid, &s->save_sec_context);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
-						   s->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	s->save_nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	fs_run_as_begin(s, BOOTSTRAP_SUPERUSERID, FS_RUN_AS_UNRESTRICTED);
 }
 
-/*
- * Back to the caller's user and settings.  The nest level is closed with
- * isCommit false, as PostgreSQL's own security-restricted operations do:
- * whatever setting was made inside, even a session-level one (SET without
- * LOCAL, set_config(..., false)), ends here.  Only fairshare's fixed
- * queries and C code run inside (no user's trigger, policy or function:
- * the tables belong to the extension and the superuser bypasses row
- * security), so this is defence in depth, not a behaviour change.
- */
 static void
 fs_superuser_exit(FsAsSuperuser *s)
 {
-	AtEOXact_GUC(false, s->save_nestlevel);
-	SetUserIdAndSecContext(s->save_userid, s->save_sec_context);
+	fs_run_as_end(s);
 }
 
 /* Become the superuser and connect to SPI, for the queries below. */

@@ -74,6 +74,7 @@
 
 #include "fairshare.h"
 #include "fairqueue.h"
+#include "run_as.h"
 #include "schedules.h"
 #include "slots.h"
 #include "statefile.h"
@@ -763,15 +764,21 @@ fs_run_command(const FsClaimedRun *run)
 	MemoryContextSwitchTo(context);
 	PG_TRY();
 	{
-		int			nestlevel = NewGUCNestLevel();
+		FsRunAs		run_as;
 		int			ret;
 		SPIExecuteOptions options;
 		TimestampTz started;
-		Oid			save_userid;
-		int			save_sec_context;
 		char	   *payload = JsonbToCString(NULL, &DatumGetJsonbP(run->payload)->root,
 											 VARSIZE(DatumGetPointer(run->payload)));
 
+		/*
+		 * The owner's turn (run_as.c): its settings start from the server's
+		 * and its role's, and every one it makes ends with it, even a
+		 * session-level one (SET without LOCAL, set_config(..., false)),
+		 * instead of reaching the next owner's command or the worker's own
+		 * queries.
+		 */
+		fs_run_as_begin(&run_as, owner_oid, FS_RUN_AS_OWN_PATH);
 		fs_set_run_guc("fairshare.run_schedule_id",
 					   psprintf(INT64_FORMAT, run->schedule_id));
 		fs_set_run_guc("fairshare.run_name", run->name);
@@ -781,9 +788,6 @@ fs_run_command(const FsClaimedRun *run)
 		fs_set_run_guc("fairshare.run_tenant", run->tenant);
 		fs_set_run_guc("fairshare.run_queue", run->queue);
 
-		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		SetUserIdAndSecContext(owner_oid, save_sec_context |
-							   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 		fs_apply_owner_settings(owner_oid);
 
 		/*
@@ -825,16 +829,7 @@ fs_run_command(const FsClaimedRun *run)
 							fs_command_timeout_ms),
 					 errhint("Let the command end when it is cancelled (do not catch query_canceled), or raise fairshare.command_timeout.")));
 
-		/*
-		 * isCommit false, as PostgreSQL's own security-restricted
-		 * operations (VACUUM, CREATE INDEX, REFRESH MATERIALIZED VIEW) do:
-		 * every setting the command made, even a session-level one (SET
-		 * without LOCAL, set_config(..., false)), ends here with the
-		 * owner's role settings, instead of reaching the next owner's
-		 * command or the worker's own queries.
-		 */
-		AtEOXact_GUC(false, nestlevel);
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		fs_run_as_end(&run_as);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(context);
 		CurrentResourceOwner = owner;
