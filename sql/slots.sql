@@ -149,8 +149,11 @@ SELECT fs_acquire_slot('s_j', 's_q', '0 seconds');
 SELECT fs_acquire_slot('s_j', 's_q', '-1 minute');
 SELECT fs_acquire_slot('s_j', 's_q', '1 month -31 days');
 SELECT fs_acquire_slot('s_j', 's_q', '367 days');
-SELECT fs_release_slot(NULL);
-SELECT fs_renew_slot(NULL);
+SELECT fs_release_slot(NULL) IS NULL AS null_in_null_out;
+-- A denied acquire gives NULL; releasing it is harmless.
+SELECT fs_acquire_slot('s_null', 's_qn') IS NOT NULL AS first;
+SELECT fs_release_slot(fs_acquire_slot('s_null', 's_qn')) IS NULL AS denied_then_released;
+SELECT fs_renew_slot(NULL) IS NULL AS null_in_null_out;
 SELECT fs_renew_slot(1, NULL);
 SELECT fs_renew_slot(1, '-5 seconds');
 SELECT count(*) AS entries_for_bad_input FROM fs_tenants WHERE tenant = 's_j';

@@ -1079,22 +1079,13 @@ fs_acquire_slot(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(decision.lease_id);
 }
 
-static int64
-fs_lease_id_arg(FunctionCallInfo fcinfo, int argno)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("lease_id must not be null"),
-				 errhint("Pass the id returned by fs_acquire_slot() or fs_claim().")));
-	return PG_GETARG_INT64(argno);
-}
-
 /*
  * fs_release_slot(lease_id bigint) RETURNS boolean
  *
  * For the role that took the lease (or one allowed to act for it: see
- * fs_lease_check_caller()); false for an unknown lease, whoever asks.
+ * fs_lease_check_caller()); false for an unknown lease, whoever asks.  A
+ * NULL lease id (a denied fs_acquire_slot()) gives NULL, as a strict
+ * function would: fs_release_slot(fs_acquire_slot(...)) never fails.
  */
 Datum
 fs_release_slot(PG_FUNCTION_ARGS)
@@ -1108,7 +1099,9 @@ fs_release_slot(PG_FUNCTION_ARGS)
 	TimestampTz now;
 
 	fs_check_loaded();
-	lease_id = fs_lease_id_arg(fcinfo, 0);
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	lease_id = PG_GETARG_INT64(0);
 	now = fs_now();
 
 	/*
@@ -1128,7 +1121,8 @@ fs_release_slot(PG_FUNCTION_ARGS)
 /*
  * fs_renew_slot(lease_id bigint, lease interval) RETURNS boolean
  *
- * Who may: as fs_release_slot().
+ * Who may: as fs_release_slot().  A NULL lease id gives NULL; a NULL lease
+ * interval is an error (there is no lease length to renew to).
  */
 Datum
 fs_renew_slot(PG_FUNCTION_ARGS)
@@ -1142,8 +1136,10 @@ fs_renew_slot(PG_FUNCTION_ARGS)
 	TimestampTz now;
 
 	fs_check_loaded();
-	lease_id = fs_lease_id_arg(fcinfo, 0);
 	lease_usecs = fs_interval_usecs(fcinfo, 1, "lease");
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	lease_id = PG_GETARG_INT64(0);
 	now = fs_now();
 
 	/* As in fs_release_slot(). */
