@@ -196,6 +196,20 @@ extern void fs_count_global(size_t offset);
 extern Size fs_tenant_entry_bytes(void);
 extern FsQueue *fs_queue_of(const FsTenant *entry);
 
+/*
+ * Take `n` slots off a queue's count, never below zero: a count that went
+ * below zero would wrap to four billion busy threads and hold the queue in
+ * backpressure until restart.
+ */
+static inline void
+fs_queue_slots_sub(FsQueue *queue, uint32 n)
+{
+	uint32		old = pg_atomic_read_u32(&queue->slots_in_use);
+
+	while (!pg_atomic_compare_exchange_u32(&queue->slots_in_use, &old, old - Min(old, n)))
+		;
+}
+
 #define FS_COUNT_GLOBAL(field) fs_count_global(offsetof(FsGlobalStats, field))
 
 #endif							/* FAIRSHARE_SHMEM_H */

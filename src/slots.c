@@ -224,7 +224,7 @@ fs_tenant_slot_free(FsTenant *tenant, bool expired)
 	SpinLockRelease(&tenant->mutex);
 	if (freed)
 	{
-		pg_atomic_fetch_sub_u32(&queue->slots_in_use, 1);
+		fs_queue_slots_sub(queue, 1);
 		fs_tenant_may_be_idle();
 	}
 	if (expired)
@@ -759,7 +759,14 @@ fs_sweep_expired_leases(TimestampTz now)
 		int32		slots = 0;
 		int32		orphans = 0;
 		int			j;
+		FsQueue    *queue;
 
+		/*
+		 * The queue before the count: the leases removed above pin the
+		 * tenant until its count drops, and after that the entry may be
+		 * evicted and reused by another queue's tenant.
+		 */
+		queue = fs_queue_of(tenant);
 		for (j = i; j < nitems && items[j].tenant == tenant; j++)
 		{
 			slots += items[j].freed;
@@ -776,7 +783,7 @@ fs_sweep_expired_leases(TimestampTz now)
 		tenant->earliest_expiry = earliest;
 		SpinLockRelease(&tenant->mutex);
 		if (slots > 0)
-			pg_atomic_fetch_sub_u32(&fs_queue_of(tenant)->slots_in_use, (uint32) slots);
+			fs_queue_slots_sub(queue, (uint32) slots);
 		i = j;
 	}
 
