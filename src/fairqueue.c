@@ -66,6 +66,7 @@
 #include "gate.h"
 #include "slots.h"
 #include "statefile.h"
+#include "subxact.h"
 #include "tenant_limits.h"
 
 PG_FUNCTION_INFO_V1(fs_claim);
@@ -2101,53 +2102,53 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 	return total;
 }
 
+/* What fs_fair_resync_one() works on. */
+typedef struct FsResyncArgs
+{
+	const char *queue_name;
+	bool		owned_only;
+	bool		done;
+	int		   *tenants;
+	int64	   *rows;
+} FsResyncArgs;
+
+/* fs_fair_resync_guarded()'s work, in its subtransaction. */
+static void
+fs_fair_resync_one(void *arg)
+{
+	FsResyncArgs *a = (FsResyncArgs *) arg;
+	FsFairDesc *desc = fs_fair_desc(a->queue_name, true);
+
+	if (desc != NULL && (!a->owned_only || fs_class_ownercheck(desc->ready_relid, GetUserId())))
+	{
+		*a->rows = fs_fair_resync(desc, false, a->tenants);
+		a->done = true;
+	}
+}
+
 /*
  * Recount one queue in a subtransaction: false (after a WARNING) if it
  * failed, say because its table was dropped or its expressions fail on
- * some row, so that a recount of every queue goes on with the others.
- * With `owned_only`, a queue whose table the caller does not own is
- * skipped (false, silently).  Needs SPI connected.
+ * some row, so that a recount of every queue goes on with the others.  A
+ * cancel, a timeout or running out of memory is not such a failure: it
+ * stops the whole statement (subxact.c).  With `owned_only`, a queue whose
+ * table the caller does not own is skipped (false, silently).  Needs SPI
+ * connected.
  */
 static bool
 fs_fair_resync_guarded(const char *queue_name, bool owned_only, int *tenants, int64 *rows)
 {
-	MemoryContext context = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = false;
+	FsResyncArgs args = {queue_name, owned_only, false, tenants, rows};
+	ErrorData  *edata;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(context);
-	PG_TRY();
-	{
-		FsFairDesc *desc = fs_fair_desc(queue_name, true);
-
-		if (desc != NULL && (!owned_only || fs_class_ownercheck(desc->ready_relid, GetUserId())))
-		{
-			*rows = fs_fair_resync(desc, false, tenants);
-			ok = true;
-		}
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-		ereport(WARNING,
-				(errcode(edata->sqlerrcode),
-				 errmsg("could not recount queue \"%s\": %s", queue_name, edata->message),
-				 errhint("Fix or unregister the queue; the other queues are recounted.")));
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	return ok;
+	if (fs_subxact_run(fs_fair_resync_one, &args, &edata))
+		return args.done;
+	ereport(WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg("could not recount queue \"%s\": %s", queue_name, edata->message),
+			 errhint("Fix or unregister the queue; the other queues are recounted.")));
+	FreeErrorData(edata);
+	return false;
 }
 
 /*

@@ -73,6 +73,7 @@
 #include "utils/typcache.h"
 
 #include "fairqueue_int.h"
+#include "subxact.h"
 #include "tenant_limits.h"
 
 PG_FUNCTION_INFO_V1(fs_register_queue);
@@ -1738,50 +1739,50 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 	role->run_as_owner = user_code ? rel->rd_rel->relowner : InvalidOid;
 }
 
+/* What fs_rel_role_one() works on. */
+typedef struct FsRelRoleArgs
+{
+	FsRelRole  *role;
+	HeapTuple	row;
+	TupleDesc	rowdesc;
+	Relation	rel;
+	bool		ready_side;
+} FsRelRoleArgs;
+
+/* fs_rel_role_guarded()'s work, in its subtransaction. */
+static void
+fs_rel_role_one(void *arg)
+{
+	FsRelRoleArgs *a = (FsRelRoleArgs *) arg;
+
+	fs_rel_role(a->role, a->row, a->rowdesc, a->rel, a->ready_side);
+}
+
 /*
  * fs_rel_role() in a subtransaction: a registration that no longer compiles
  * against the table (a column it uses was renamed, say) must not make the
  * application's writes fail.  Its rows are then not counted (a warning says
  * so) until the queue is registered again, which recounts it; fs_claim() on
  * it fails with the compile error meanwhile.  Returns false if it failed.
+ * A cancel, a timeout or running out of memory still fails the statement
+ * (subxact.c).
  */
 static bool
 fs_rel_role_guarded(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel,
 					bool ready_side)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = true;
+	FsRelRoleArgs args = {role, row, rowdesc, rel, ready_side};
+	ErrorData  *edata;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		fs_rel_role(role, row, rowdesc, rel, ready_side);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		ereport(WARNING,
-				(errcode(edata->sqlerrcode),
-				 errmsg("fair dequeue cannot follow table %s for queue \"%s\": %s",
-						RelationGetRelationName(rel), role->queue_name, edata->message),
-				 errhint("Register the queue again with fs_register_queue(); it is recounted then.")));
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
+	if (fs_subxact_run(fs_rel_role_one, &args, &edata))
+		return true;
+	ereport(WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg("fair dequeue cannot follow table %s for queue \"%s\": %s",
+					RelationGetRelationName(rel), role->queue_name, edata->message),
+			 errhint("Register the queue again with fs_register_queue(); it is recounted then.")));
+	FreeErrorData(edata);
+	return false;
 }
 
 /*

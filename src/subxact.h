@@ -1,0 +1,18 @@
+/*-------------------------------------------------------------------------
+ *
+ * subxact.h
+ *	  Running a piece of work in an internal subtransaction that may fail
+ *	  without failing the statement, except for errors that must.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FS_SUBXACT_H
+#define FS_SUBXACT_H
+
+/* The work: called once, in the caller's memory context and resource owner. */
+typedef void (*FsSubxactFn) (void *arg);
+
+extern bool fs_subxact_run(FsSubxactFn fn, void *arg, ErrorData **error);
+extern bool fs_error_must_propagate(int sqlerrcode);
+
+#endif							/* FS_SUBXACT_H */
