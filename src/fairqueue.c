@@ -1121,18 +1121,35 @@ fs_claim_admit(FsQueue *queue, FsPlanTenant *pt, float8 budget_cost, int64 lease
 	return i;
 }
 
-/* Run a prepared plan in the caller's snapshot, with a fixed search_path. */
+/*
+ * Run a claim query of `desc` in the caller's snapshot, with a fixed
+ * search_path.  Its second column is the rows' key, whose type is the one
+ * the table gives the key expression now: DDL (ALTER COLUMN ... TYPE) may
+ * have made it another than the registered one, which the keys of the
+ * claim map and the claim query's parameter are of.  That is an error, not
+ * a value to interpret as the registered type.
+ */
 static void
-fs_claim_execute(SPIPlanPtr plan, Datum *values, const char *nulls, const char *what)
+fs_claim_execute(FsFairDesc *desc, SPIPlanPtr plan, Datum *values, const char *nulls,
+				 const char *what)
 {
 	int			nest = fs_search_path_begin();
 	int			ret;
+	Oid			key_type;
 
 	ret = SPI_execute_snapshot(plan, values, nulls, GetActiveSnapshot(), InvalidSnapshot,
 							   false, false, 0);
 	fs_search_path_end(nest);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "fair dequeue %s query failed: %s", what, SPI_result_code_string(ret));
+	key_type = SPI_gettypeid(SPI_tuptable->tupdesc, 2);
+	if (key_type != desc->key_type)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the key of queue \"%s\" is now of type %s, registered as %s",
+						desc->queue_name, format_type_be(key_type),
+						format_type_be(desc->key_type)),
+				 errhint("Register the queue again with fs_register_queue().")));
 }
 
 /*
@@ -1220,7 +1237,7 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 		held = fs_track_held_keys(desc);
 		values[2] = PointerGetDatum(held);
 		nulls[2] = held == NULL ? 'n' : ' ';
-		fs_claim_execute(desc->claim_plan, values, nulls, "claim");
+		fs_claim_execute(desc, desc->claim_plan, values, nulls, "claim");
 
 		tupdesc = SPI_tuptable->tupdesc;
 		for (r = 0; r < SPI_processed; r++)
@@ -1312,7 +1329,7 @@ fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	values[0] = Int64GetDatum(want);
 	values[1] = PointerGetDatum(held);
 	nulls[1] = held == NULL ? 'n' : ' ';
-	fs_claim_execute(desc->fifo_plan, values, nulls, "fail-open claim");
+	fs_claim_execute(desc, desc->fifo_plan, values, nulls, "fail-open claim");
 	tupdesc = SPI_tuptable->tupdesc;
 	for (r = 0; r < SPI_processed; r++)
 	{

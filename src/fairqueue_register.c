@@ -1694,6 +1694,30 @@ fs_rel_expr(const char *text, Relation rel, FsExprRole role, const char *queue,
 	return ExecInitExpr(expr, NULL);
 }
 
+/*
+ * The type of the keys the triggers make is the type of the key expression
+ * as compiled now, never the one stored at registration: DDL on the table
+ * (ALTER COLUMN ... TYPE) can change it.  A key whose type is no longer the
+ * registered one cannot match the keys claims recorded: an error (which
+ * fs_rel_role_guarded() turns into a warning) until the queue is registered
+ * again.
+ */
+static void
+fs_rel_key_type(FsRelRole *role, ExprState *key, Oid registered, Relation rel)
+{
+	if (key == NULL)
+		return;
+	role->key_type = exprType((Node *) key->expr);
+	if (role->key_type != registered)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the key of queue \"%s\" is now of type %s on table %s, registered as %s",
+						role->queue_name, format_type_be(role->key_type),
+						RelationGetRelationName(rel), format_type_be(registered)),
+				 errhint("Register the queue again with fs_register_queue().")));
+	get_typlenbyval(role->key_type, &role->key_len, &role->key_byval);
+}
+
 static void
 fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, bool ready_side)
 {
@@ -1707,8 +1731,6 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 	role->charge_runtime = DatumGetBool(SPI_getbinval(row, rowdesc,
 													  SPI_fnumber(rowdesc, "charge_runtime"),
 													  &isnull));
-	role->key_type = fs_row_oid(row, rowdesc, "key_type");
-	get_typlenbyval(role->key_type, &role->key_len, &role->key_byval);
 	if (ready_side)
 	{
 		role->tenant = fs_rel_expr(SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, "tenant")),
@@ -1729,6 +1751,8 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 													 SPI_fnumber(rowdesc, "running_key")),
 										rel, FS_EXPR_RUNNING_KEY, queue, &user_code);
 	}
+	fs_rel_key_type(role, ready_side ? role->key : role->running_key,
+					fs_row_oid(row, rowdesc, "key_type"), rel);
 
 	/*
 	 * Code that the table's owner (or another role) can change runs as the
