@@ -1466,14 +1466,6 @@ fs_desc_free(FsFairDesc *desc)
 	desc->cxt = NULL;
 }
 
-static char *
-fs_getvalue(HeapTuple tuple, TupleDesc desc, const char *column, MemoryContext cxt)
-{
-	char	   *value = SPI_getvalue(tuple, desc, SPI_fnumber(desc, column));
-
-	return value ? MemoryContextStrdup(cxt, value) : NULL;
-}
-
 /* " AND (f)" for each filter present. */
 static char *
 fs_where_tail(FsFairDesc *desc, bool with_claim_filter)
@@ -1542,6 +1534,88 @@ fs_desc_prepare(FsFairDesc *desc)
 }
 
 /*
+ * A stored expression as the claim queries use it: compiled against `rel`
+ * and deparsed again with the ready table called FS_ROW_ALIAS, as it is in
+ * every query.  The stored text calls it by its own name, which a whole-row
+ * reference ("f(jobs.*)") keeps and the queries would not resolve; column
+ * references come out the same.
+ */
+static char *
+fs_row_text(HeapTuple row, TupleDesc rowdesc, const char *column, Relation rel,
+			FsExprRole role, const char *queue, MemoryContext cxt, Oid *type)
+{
+	char	   *text = SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, column));
+	List	   *dpcontext = deparse_context_for(FS_ROW_ALIAS, RelationGetRelid(rel));
+	StringInfoData buf;
+	ListCell   *lc;
+
+	if (text == NULL)
+		return NULL;
+	if (role != FS_EXPR_ORDER)
+	{
+		Node	   *expr = fs_compile(text, rel, role, queue);
+
+		if (type != NULL)
+			*type = exprType(expr);
+		return MemoryContextStrdup(cxt, deparse_expression(expr, dpcontext, false, false));
+	}
+	initStringInfo(&buf);
+	foreach(lc, fs_compile_order(text, rel, queue))
+	{
+		FsOrderItem *item = lfirst(lc);
+
+		if (buf.len > 0)
+			appendStringInfoString(&buf, ", ");
+		appendStringInfoString(&buf, deparse_expression(item->expr, dpcontext, false, false));
+		if (item->desc)
+			appendStringInfoString(&buf, " DESC");
+		if (item->nulls == SORTBY_NULLS_FIRST)
+			appendStringInfoString(&buf, " NULLS FIRST");
+		else if (item->nulls == SORTBY_NULLS_LAST)
+			appendStringInfoString(&buf, " NULLS LAST");
+	}
+	return MemoryContextStrdup(cxt, buf.data);
+}
+
+/*
+ * The SQL texts of `desc`'s registration, as its queries use them, and its
+ * key's type: the key expression's as compiled now, which must still be the
+ * registered one (DDL can change it) for the keys of the claim map to mean
+ * anything.
+ */
+static void
+fs_desc_texts(FsFairDesc *desc, HeapTuple row, TupleDesc rowdesc)
+{
+	Relation	rel = relation_open(desc->ready_relid, AccessShareLock);
+	const char *queue = desc->queue_name;
+	MemoryContext cxt = desc->cxt;
+	int			nest = fs_search_path_begin();
+	Oid			key_type = InvalidOid;
+
+	desc->tenant = fs_row_text(row, rowdesc, "tenant", rel, FS_EXPR_TENANT, queue, cxt, NULL);
+	desc->order_by = fs_row_text(row, rowdesc, "order_by", rel, FS_EXPR_ORDER, queue, cxt, NULL);
+	desc->ready_filter = fs_row_text(row, rowdesc, "ready_filter", rel, FS_EXPR_FILTER, queue,
+									 cxt, NULL);
+	desc->claim_filter = fs_row_text(row, rowdesc, "claim_filter", rel, FS_EXPR_FILTER, queue,
+									 cxt, NULL);
+	desc->key = fs_row_text(row, rowdesc, "key", rel, FS_EXPR_KEY, queue, cxt, &key_type);
+	desc->cost = fs_row_text(row, rowdesc, "cost", rel, FS_EXPR_COST, queue, cxt, NULL);
+	desc->enqueued_at = fs_row_text(row, rowdesc, "enqueued_at", rel, FS_EXPR_ENQUEUED_AT,
+									queue, cxt, NULL);
+	fs_search_path_end(nest);
+	relation_close(rel, NoLock);
+
+	desc->key_type = fs_row_oid(row, rowdesc, "key_type");
+	if (key_type != desc->key_type)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the key of queue \"%s\" is now of type %s, registered as %s",
+						queue, format_type_be(key_type), format_type_be(desc->key_type)),
+				 errhint("Register the queue again with fs_register_queue().")));
+	get_typlenbyval(desc->key_type, &desc->key_len, &desc->key_byval);
+}
+
+/*
  * The registration of `queue_name`, loaded (and its queries prepared) if the
  * cached one is stale.  Not registered: NULL if missing_ok, else an error.
  */
@@ -1605,18 +1679,10 @@ fs_fair_desc(const char *queue_name, bool missing_ok)
 				 errhint("Unregister the queue with fs_unregister_queue('%s').", queue_name)));
 	desc->row_type = get_rel_type_id(desc->ready_relid);
 	desc->ready_name = MemoryContextStrdup(cxt, fs_qualified_name(desc->ready_relid));
-	desc->tenant = fs_getvalue(row, rowdesc, "tenant", cxt);
-	desc->order_by = fs_getvalue(row, rowdesc, "order_by", cxt);
-	desc->ready_filter = fs_getvalue(row, rowdesc, "ready_filter", cxt);
-	desc->claim_filter = fs_getvalue(row, rowdesc, "claim_filter", cxt);
-	desc->key = fs_getvalue(row, rowdesc, "key", cxt);
-	desc->cost = fs_getvalue(row, rowdesc, "cost", cxt);
-	desc->enqueued_at = fs_getvalue(row, rowdesc, "enqueued_at", cxt);
+	fs_desc_texts(desc, row, rowdesc);
 	desc->charge_runtime = DatumGetBool(SPI_getbinval(row, rowdesc,
 													  SPI_fnumber(rowdesc, "charge_runtime"),
 													  &isnull));
-	desc->key_type = fs_row_oid(row, rowdesc, "key_type");
-	get_typlenbyval(desc->key_type, &desc->key_len, &desc->key_byval);
 	desc->queue = fs_queue_lookup(queue_name, true);
 	desc->fq = desc->queue != NULL ? fs_fair_queue(desc->queue) : NULL;
 	fs_desc_prepare(desc);
