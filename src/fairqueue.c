@@ -2348,7 +2348,7 @@ fs_fair_resync_guarded(const char *queue_name, bool owned_only, int *tenants, in
 	FsResyncArgs args = {queue_name, owned_only, false, tenants, rows};
 	ErrorData  *edata;
 
-	if (fs_subxact_run(fs_fair_resync_one, &args, &edata))
+	if (fs_subxact_run(fs_fair_resync_one, &args, NULL, &edata))
 		return args.done;
 	ereport(WARNING,
 			(errcode(edata->sqlerrcode),

@@ -1864,7 +1864,7 @@ fs_rel_role_guarded(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation 
 	FsRelRoleArgs args = {role, row, rowdesc, rel, ready_side};
 	ErrorData  *edata;
 
-	if (fs_subxact_run(fs_rel_role_one, &args, &edata))
+	if (fs_subxact_run(fs_rel_role_one, &args, NULL, &edata))
 		return true;
 	ereport(WARNING,
 			(errcode(edata->sqlerrcode),

@@ -53,8 +53,9 @@ fs_error_must_propagate(int sqlerrcode)
  * Run fn(arg) in an internal subtransaction.  Returns true if it completed
  * (the subtransaction is committed into the caller's transaction).  If it
  * raised an error, the subtransaction is rolled back; an error that must
- * propagate (fs_error_must_propagate()) is then re-thrown, any other one
- * is returned in *error (allocated in the caller's memory context, to be
+ * propagate (fs_error_must_propagate()), or that `catches` (when not NULL)
+ * says the caller does not handle, is then re-thrown; any other one is
+ * returned in *error (allocated in the caller's memory context, to be
  * reported and freed with FreeErrorData()) and the result is false.
  *
  * fn runs in the caller's memory context, so what it allocates survives the
@@ -62,7 +63,7 @@ fs_error_must_propagate(int sqlerrcode)
  * memory, shared memory) is the caller's to undo.
  */
 bool
-fs_subxact_run(FsSubxactFn fn, void *arg, ErrorData **error)
+fs_subxact_run(FsSubxactFn fn, void *arg, FsSubxactCatches catches, ErrorData **error)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -91,7 +92,8 @@ fs_subxact_run(FsSubxactFn fn, void *arg, ErrorData **error)
 
 	if (edata == NULL)
 		return true;
-	if (fs_error_must_propagate(edata->sqlerrcode))
+	if (fs_error_must_propagate(edata->sqlerrcode) ||
+		(catches != NULL && !catches(edata->sqlerrcode)))
 		ReThrowError(edata);
 	*error = edata;
 	return false;
