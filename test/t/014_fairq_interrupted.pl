@@ -16,14 +16,22 @@ my $q = sub { $node->safe_psql('postgres', shift) };
 
 # Recounts run the owner's code: ri_tenant() sleeps on row 1 when the
 # session asks it to (ri.sleep), so a recount in such a session is slow
-# while the triggers of every other session are not.  ri_const() sleeps when
-# called, which a compile does for an immutable function of constants.
+# while the triggers of every other session are not, or when ri_control
+# says so (for the background worker).  ri_const() sleeps when called,
+# which a compile does for an immutable function of constants.
 $q->(q{
+	CREATE TABLE ri_control (sleep float8);
 	CREATE FUNCTION ri_tenant(tenant text, id int) RETURNS text
 	LANGUAGE plpgsql IMMUTABLE AS $$
+	DECLARE
+		s text;
 	BEGIN
-		IF id = 1 AND coalesce(current_setting('ri.sleep', true), '') <> '' THEN
-			PERFORM pg_sleep(current_setting('ri.sleep')::float8);
+		IF id = 1 THEN
+			s := coalesce(nullif(current_setting('ri.sleep', true), ''),
+			              (SELECT sleep::text FROM public.ri_control LIMIT 1));
+			IF s IS NOT NULL THEN
+				PERFORM pg_sleep(s::float8);
+			END IF;
 		END IF;
 		RETURN tenant;
 	END $$;
@@ -89,6 +97,23 @@ $node->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity W
   or die "backend $pid did not exit";
 eval { $bg->quit };
 counts_exact('terminated in fs_resync(NULL)');
+
+# The background worker terminated in the middle of its recount (the one it
+# makes when it starts).
+my $worker = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'fairshare scheduler'";
+$node->poll_query_until('postgres', "SELECT count(*) = 1 FROM ($worker) w")
+  or die 'no scheduler';
+$q->("INSERT INTO ri_control VALUES (300)");
+$q->("SELECT pg_terminate_backend(pid) FROM ($worker) w");
+$node->poll_query_until('postgres', "SELECT count(*) = 1 FROM ($worker AND wait_event = 'PgSleep') w")
+  or die 'the restarted scheduler did not start its recount';
+is($q->("SELECT ready_rows IS NULL FROM fs_resync('ri')"), 't',
+	'the background worker is recounting');
+$q->("DELETE FROM ri_control");
+$q->("SELECT pg_terminate_backend(pid) FROM ($worker) w");
+ok($node->poll_query_until('postgres', "SELECT tenants || '|' || ready_rows FROM fs_resync('ri')", '3|9'),
+	'after the worker is terminated, fs_resync() runs again and counts exactly');
+counts_exact('worker terminated');
 
 # Cancelled: one queue, then every queue.  The statement is cancelled (no
 # "could not recount" warning and no rows for the queues after it), and the
