@@ -621,6 +621,14 @@ SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 2);
 SELECT queue, key_type FROM fs_register_queue('kt', 'kt_jobs', 'tenant', 'prio, id', key => 'id::text');
 SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 2);
 ROLLBACK;
+-- the same with a key of the same type, but another expression
+ALTER TABLE kt_jobs ADD COLUMN alt bigint UNIQUE;
+UPDATE kt_jobs SET alt = id + 100;
+BEGIN;
+SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 2);
+SELECT queue, key, key_type FROM fs_register_queue('kt', 'kt_jobs', 'tenant', 'prio, id', key => 'alt');
+SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 2);
+ROLLBACK;
 SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 2);
 SELECT fs_unregister_queue('kt');
 DROP TABLE kt_jobs CASCADE;

@@ -436,8 +436,16 @@ typedef struct FsClaimedRow
 	int64		lease_id;
 	uint64		resync_gen;
 	Datum		value;			/* the key (copied), of type key.type */
+	uint32		key_expr;		/* hash of the key expression it came from */
 	char		tenant[FS_NAME_BUFLEN];
 } FsClaimedRow;
+
+/* Which key expression a claimed row's key came from (see FsClaimedRow). */
+static uint32
+fs_key_expr_hash(FsFairDesc *desc)
+{
+	return hash_bytes((const unsigned char *) desc->key, (int) strlen(desc->key));
+}
 
 /* A lease released by the running-row trigger. */
 typedef struct FsRelease
@@ -652,6 +660,7 @@ fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_i
 	row->lease_id = lease_id;
 	row->resync_gen = resync_gen;
 	row->value = datumCopy(key, desc->key_byval, desc->key_len);
+	row->key_expr = fs_key_expr_hash(desc);
 	strlcpy(row->tenant, tenant, FS_NAME_BUFLEN);
 	if (OidIsValid(desc->running_relid))
 	{
@@ -682,27 +691,31 @@ fs_track_held_keys(FsFairDesc *desc)
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
+	uint32		key_expr;
 
 	if (!xact_active || desc->queue == NULL || hash_get_num_entries(xact_claimed) == 0)
 		return NULL;
 	values = palloc(sizeof(Datum) * hash_get_num_entries(xact_claimed));
+	key_expr = fs_key_expr_hash(desc);
 	hash_seq_init(&seq, xact_claimed);
 	while ((row = hash_seq_search(&seq)) != NULL)
 		if (row->queue == desc->queue && row->left_subid == 0)
 		{
 			/*
-			 * Claimed under an earlier registration whose key had another
-			 * type: the row cannot be left out by key, and the claim would
-			 * return it again.
+			 * Claimed under an earlier registration whose key was another
+			 * expression (or of another type): the row cannot be left out
+			 * by key, and the claim would return it again.
 			 */
-			if (row->key.type != desc->key_type)
+			if (row->key.type != desc->key_type || row->key_expr != key_expr)
 			{
 				hash_seq_term(&seq);
 				ereport(ERROR,
 						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						 errmsg("queue \"%s\" was registered again with a key of type %s after this transaction claimed rows with keys of type %s",
-								desc->queue_name, format_type_be(desc->key_type),
-								format_type_be(row->key.type)),
+						 errmsg("queue \"%s\" was registered again with another key after this transaction claimed rows from it",
+								desc->queue_name),
+						 errdetail("The key is now %s (%s); the rows were claimed with keys of type %s.",
+								   desc->key, format_type_be(desc->key_type),
+								   format_type_be(row->key.type)),
 						 errhint("Commit or roll back the transaction before claiming from the queue again.")));
 			}
 			values[n++] = row->value;
