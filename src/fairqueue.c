@@ -1848,7 +1848,8 @@ fs_fair_gate_enter(FsQueue *queue)
 		{
 			/*
 			 * A recount is taking its snapshot: a few milliseconds at most.
-			 * Every second, make sure its backend is still there.
+			 * Every 10000 waits (a second or two), make sure its backend is
+			 * still there.
 			 */
 			CHECK_FOR_INTERRUPTS();
 			pg_usleep(FS_GATE_WAIT_USECS);
