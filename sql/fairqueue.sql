@@ -724,6 +724,77 @@ REVOKE ALL ON FUNCTION fs_unregister_queue(text) FROM fq_alice, fq_mallory;
 REVOKE CREATE ON SCHEMA public FROM fq_alice, fq_mallory;
 DROP ROLE fq_alice;
 DROP ROLE fq_mallory;
+-- Whole-row references (the table's own name) work in every query
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE wr_jobs (id bigserial PRIMARY KEY, tenant text NOT NULL, prio int NOT NULL DEFAULT 0,
+                      cost float8 NOT NULL DEFAULT 1);
+CREATE FUNCTION wr_tenant(wr_jobs) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT $1.tenant $$;
+CREATE FUNCTION wr_ready(wr_jobs) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$ SELECT $1.prio >= 0 $$;
+CREATE FUNCTION wr_cost(wr_jobs) RETURNS float8 LANGUAGE sql IMMUTABLE AS $$ SELECT $1.cost $$;
+SELECT queue, tenant, ready_filter, cost
+  FROM fs_register_queue('wr', 'wr_jobs', 'public.wr_tenant(wr_jobs)', 'prio, id',
+       filter => 'public.wr_ready(wr_jobs)', cost => 'public.wr_cost(wr_jobs)');
+INSERT INTO wr_jobs (tenant, prio) SELECT 't' || g % 2, CASE WHEN g = 5 THEN -1 ELSE 0 END
+  FROM generate_series(1, 6) g;
+SELECT * FROM fs_resync('wr');
+SELECT tenant, ready_rows FROM fs_ready_tenants('wr') ORDER BY tenant;
+BEGIN;
+SELECT tenant, (job).id FROM fs_claim('wr', NULL::wr_jobs, 4) ORDER BY 2;
+DELETE FROM wr_jobs WHERE id IN (1, 2);
+COMMIT;
+SELECT * FROM fs_resync('wr');
+SELECT fs_release_slot(lease_id) IS NOT NULL AS released FROM fs_leases WHERE state = 'live' AND queue = 'wr';
+SELECT fs_unregister_queue('wr');
+DROP TABLE wr_jobs CASCADE;
+
+-- ---------------------------------------------------------------------------
+-- Keys are of the type their expression has now, not the registered one
+-- ---------------------------------------------------------------------------
+
+-- The key column changes type under a registration (a whole-row tenant
+-- expression leaves no column dependency to stop ALTER TABLE): the triggers
+-- say so and do not count, claims fail, and nothing crashes.
+CREATE TABLE kt_jobs (id text PRIMARY KEY, tenant text NOT NULL, prio int NOT NULL DEFAULT 0);
+CREATE FUNCTION kt_tenant(kt_jobs) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT $1.tenant $$;
+SELECT queue, key, key_type FROM fs_register_queue('kt', 'kt_jobs', 'public.kt_tenant(kt_jobs)', 'prio, id');
+INSERT INTO kt_jobs VALUES ('1', 'a'), ('2', 'b');
+ALTER TABLE kt_jobs ALTER COLUMN id TYPE bigint USING id::bigint;
+BEGIN;
+INSERT INTO kt_jobs VALUES (3, 'c');
+DELETE FROM kt_jobs WHERE id = 1;
+COMMIT;
+SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 5);
+-- registered again, it follows the table and is recounted
+SELECT queue, key_type FROM fs_register_queue('kt', 'kt_jobs', 'public.kt_tenant(kt_jobs)', 'prio, id');
+DELETE FROM kt_jobs WHERE id = 2;
+SELECT tenant, ready_rows FROM fs_ready_tenants('kt') ORDER BY tenant;
+SELECT tenant, (job).id FROM fs_claim('kt', NULL::kt_jobs, 5);
+SELECT fs_unregister_queue('kt');
+-- Registered again with a key of another type in the transaction that
+-- claimed: the keys it holds cannot be left out, so claiming again fails
+-- (and nothing mixes the two types).
+TRUNCATE kt_jobs;
+INSERT INTO kt_jobs SELECT g, 't' || g % 3 FROM generate_series(1, 10) g;
+CREATE UNIQUE INDEX kt_jobs_id_text ON kt_jobs ((id::text));
+SELECT queue FROM fs_register_queue('kt', 'kt_jobs', 'tenant', 'prio, id', key => 'id');
+BEGIN;
+SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 2);
+SELECT queue, key_type FROM fs_register_queue('kt', 'kt_jobs', 'tenant', 'prio, id', key => 'id::text');
+SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 2);
+ROLLBACK;
+-- the same with a key of the same type, but another expression
+ALTER TABLE kt_jobs ADD COLUMN alt bigint UNIQUE;
+UPDATE kt_jobs SET alt = id + 100;
+ALTER TABLE kt_jobs ALTER COLUMN alt SET NOT NULL;
+BEGIN;
+SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 2);
+SELECT queue, key, key_type FROM fs_register_queue('kt', 'kt_jobs', 'tenant', 'prio, id', key => 'alt');
+SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 2);
+ROLLBACK;
+SELECT count(*) AS claimed FROM fs_claim('kt', NULL::kt_jobs, 2);
+SELECT fs_unregister_queue('kt');
+DROP TABLE kt_jobs CASCADE;
 
 -- ---------------------------------------------------------------------------
 -- Unregistering removes the triggers and the index it made

@@ -50,6 +50,8 @@
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -67,6 +69,7 @@
 #include "gate.h"
 #include "slots.h"
 #include "statefile.h"
+#include "subxact.h"
 #include "tenant_limits.h"
 
 PG_FUNCTION_INFO_V1(fs_claim);
@@ -1131,8 +1134,13 @@ fs_claim_admit(FsQueue *queue, FsPlanTenant *pt, float8 budget_cost, int64 lease
 }
 
 /*
- * Run a prepared plan of the queue in the caller's snapshot, with a fixed
+ * Run a claim query of `desc` in the caller's snapshot, with a fixed
  * search_path; an error is reported by queue and piece, without the query.
+ * Its second column is the rows' key, whose type is the one the table gives
+ * the key expression now: DDL (ALTER COLUMN ... TYPE) may have made it
+ * another than the registered one, which the keys of the claim map and the
+ * claim query's parameter are of.  That is an error, not a value to
+ * interpret as the registered type.
  */
 static void
 fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum *values,
@@ -1140,6 +1148,7 @@ fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum 
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile int ret = 0;
+	Oid			key_type;
 
 	PG_TRY();
 	{
@@ -1158,6 +1167,14 @@ fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum 
 		fs_fair_query_error(cxt, desc, q, what);
 	}
 	PG_END_TRY();
+	key_type = SPI_gettypeid(SPI_tuptable->tupdesc, 2);
+	if (key_type != desc->key_type)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the key of queue \"%s\" is now of type %s, registered as %s",
+						desc->queue_name, format_type_be(key_type),
+						format_type_be(desc->key_type)),
+				 errhint("Register the queue again with fs_register_queue().")));
 }
 
 /*
@@ -1759,10 +1776,113 @@ typedef struct FsCount
 #define FS_GATE_WAIT_USECS	100
 #define FS_GATE_MAX_WAIT	(10 * USECS_PER_SEC)
 
+/*
+ * A recount marks its queue `resyncing` and may close its commit gate:
+ * shared state that must not outlive the recount, however it ends.  An
+ * error ends it through fs_fair_resync()'s PG_CATCH; a backend terminated
+ * (pg_terminate_backend, shutdown) leaves through proc_exit() without
+ * returning there, so the recount records its owner (pid and a generation)
+ * and this backend's before_shmem_exit callback undoes what it still owns.
+ * Should a backend vanish without running it, the next recount of the
+ * queue takes the mark over from a pid no longer alive, and a committer
+ * waiting at a gate such a backend closed opens it.
+ */
+typedef struct FsOwnedResync
+{
+	FsFairQueue *fq;
+	uint64		gen;
+} FsOwnedResync;
+
+#define FS_MAX_OWNED_RESYNCS	8	/* recounts nested in one backend */
+
+static FsOwnedResync owned_resyncs[FS_MAX_OWNED_RESYNCS];
+static int	nowned_resyncs = 0;
+static FsFairQueue *gate_closed_by_me = NULL;
+static bool resync_exit_registered = false;
+
+static void fs_fair_gate_open(FsFairQueue *fq);
+
+/*
+ * Whether the backend with this pid is gone.  (A pid taken again by a new
+ * backend counts as alive: the mark then waits for that one, which is only
+ * slower, never wrong.)
+ */
+static bool
+fs_fair_owner_gone(int pid)
+{
+	return pid != 0 && pid != MyProcPid && BackendPidGetProc(pid) == NULL;
+}
+
+/*
+ * A committer found the gate closed for a long time: if the recount that
+ * closed it belongs to a backend that is gone, open it.
+ */
+static void
+fs_fair_gate_check_owner(FsFairQueue *fq)
+{
+	int			pid;
+	uint64		gen;
+	bool		resyncing;
+
+	LWLockAcquire(fq->lock, LW_SHARED);
+	pid = fq->resync_pid;
+	gen = fq->resync_owner_gen;
+	resyncing = fq->resyncing;
+	LWLockRelease(fq->lock);
+	if (!resyncing || !fs_fair_owner_gone(pid))
+		return;
+
+	/*
+	 * Opened under the lock, and only if the mark is still the gone
+	 * backend's: a recount taking it over changes the mark under the lock
+	 * before it closes the gate, and its closing must stand.
+	 */
+	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	if (fq->resyncing && fq->resync_pid == pid && fq->resync_owner_gen == gen)
+		pg_atomic_fetch_and_u32(&fq->commit_gate, ~FS_GATE_CLOSED);
+	LWLockRelease(fq->lock);
+}
+
+/*
+ * Undo the mark of a recount this backend owns (if it still owns it): the
+ * queue is no longer being recounted and is counted again at its next use.
+ */
+static void
+fs_fair_resync_disown(FsFairQueue *fq, uint64 gen)
+{
+	bool		held = LWLockHeldByMeInMode(fq->lock, LW_EXCLUSIVE);
+
+	if (!held)
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	if (fq->resyncing && fq->resync_pid == MyProcPid && fq->resync_owner_gen == gen)
+	{
+		fq->resyncing = false;
+		fq->synced = false;
+		fq->resync_pid = 0;
+	}
+	if (!held)
+		LWLockRelease(fq->lock);
+}
+
+/* before_shmem_exit: undo whatever recount this backend leaves behind. */
+static void
+fs_fair_resync_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+{
+	if (gate_closed_by_me != NULL)
+		fs_fair_gate_open(gate_closed_by_me);
+	while (nowned_resyncs > 0)
+	{
+		nowned_resyncs--;
+		fs_fair_resync_disown(owned_resyncs[nowned_resyncs].fq,
+							  owned_resyncs[nowned_resyncs].gen);
+	}
+}
+
 void
 fs_fair_gate_enter(FsQueue *queue)
 {
 	FsFairQueue *fq = fs_fair_queue(queue);
+	uint32		waits = 0;
 
 	for (;;)
 	{
@@ -1770,9 +1890,15 @@ fs_fair_gate_enter(FsQueue *queue)
 
 		if (old & FS_GATE_CLOSED)
 		{
-			/* A recount is taking its snapshot: a few milliseconds at most. */
+			/*
+			 * A recount is taking its snapshot: a few milliseconds at most.
+			 * Every 10000 waits (a second or two), make sure its backend is
+			 * still there.
+			 */
 			CHECK_FOR_INTERRUPTS();
 			pg_usleep(FS_GATE_WAIT_USECS);
+			if (++waits % (USECS_PER_SEC / FS_GATE_WAIT_USECS) == 0)
+				fs_fair_gate_check_owner(fq);
 			continue;
 		}
 		if (pg_atomic_compare_exchange_u32(&fq->commit_gate, &old, old + 1))
@@ -1795,15 +1921,18 @@ fs_fair_gate_close(FsFairQueue *fq)
 {
 	TimestampTz start = GetCurrentTimestamp();
 
+	gate_closed_by_me = fq;
 	pg_atomic_fetch_or_u32(&fq->commit_gate, FS_GATE_CLOSED);
 	while ((pg_atomic_read_u32(&fq->commit_gate) & ~FS_GATE_CLOSED) != 0)
 	{
 		if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(),
 									   FS_GATE_MAX_WAIT / 1000))
 		{
-			pg_atomic_fetch_and_u32(&fq->commit_gate, ~FS_GATE_CLOSED);
+			fs_fair_gate_open(fq);
 			return false;
 		}
+		/* A cancel here opens the gate (fs_fair_resync()), a terminate too. */
+		CHECK_FOR_INTERRUPTS();
 		pg_usleep(FS_GATE_WAIT_USECS);
 	}
 	return true;
@@ -1813,6 +1942,8 @@ static void
 fs_fair_gate_open(FsFairQueue *fq)
 {
 	pg_atomic_fetch_and_u32(&fq->commit_gate, ~FS_GATE_CLOSED);
+	if (gate_closed_by_me == fq)
+		gate_closed_by_me = NULL;
 }
 
 /* A tenant's live count when the recount took its snapshot. */
@@ -1858,7 +1989,11 @@ static void
 fs_fair_resync_end(FsFairQueue *fq, bool count_again)
 {
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-	fq->resyncing = false;
+	if (fq->resync_pid == MyProcPid)
+	{
+		fq->resyncing = false;
+		fq->resync_pid = 0;
+	}
 	if (count_again)
 		fq->synced = false;
 	LWLockRelease(fq->lock);
@@ -2088,6 +2223,7 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		}
 	}
 	fq->resyncing = false;
+	fq->resync_pid = 0;
 	fq->synced = true;
 	fq->rows_without_tenant = without;
 	fq->untracked_rows = untracked;
@@ -2131,6 +2267,80 @@ fs_fair_resync_run(FsFairDesc *desc, FsFairQueue *fq, int *tenants, int64 *total
 	return true;
 }
 
+/*
+ * Mark `fq` as being recounted by this backend; false if another live
+ * backend is recounting it (or, with `if_unsynced`, it is counted).  A mark
+ * left by a backend that is gone is taken over, with the gate it may have
+ * left closed.
+ */
+static bool
+fs_fair_resync_begin(FsFairQueue *fq, bool if_unsynced)
+{
+	static uint64 resync_seq = 0;
+	int			owner = 0;
+	uint64		owner_gen = 0;
+	bool		taken_over;
+
+	if (!resync_exit_registered)
+	{
+		before_shmem_exit(fs_fair_resync_exit, (Datum) 0);
+		resync_exit_registered = true;
+	}
+	if (nowned_resyncs == FS_MAX_OWNED_RESYNCS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many nested recounts of fair-dequeue queues"),
+				 errhint("Do not call fs_resync() or fs_claim() from a registered expression or a policy of a ready table.")));
+
+	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	if (fq->resyncing && !(if_unsynced && fq->synced))
+	{
+		owner = fq->resync_pid;
+		owner_gen = fq->resync_owner_gen;
+		LWLockRelease(fq->lock);
+		/* Not under the lock: BackendPidGetProc() takes ProcArrayLock. */
+		if (!fs_fair_owner_gone(owner))
+			return false;
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		if (fq->resyncing && (fq->resync_pid != owner || fq->resync_owner_gen != owner_gen))
+		{
+			LWLockRelease(fq->lock);
+			return false;		/* someone else took it over first */
+		}
+	}
+	if (if_unsynced && fq->synced)
+	{
+		LWLockRelease(fq->lock);
+		return false;
+	}
+	taken_over = fq->resyncing;
+	fq->resyncing = true;
+	fq->resync_pid = MyProcPid;
+	fq->resync_owner_gen = ++resync_seq;
+	owned_resyncs[nowned_resyncs].fq = fq;
+	owned_resyncs[nowned_resyncs].gen = fq->resync_owner_gen;
+	nowned_resyncs++;
+	LWLockRelease(fq->lock);
+
+	if (taken_over)
+	{
+		/* The gone backend may have left the gate closed, too. */
+		fs_fair_gate_open(fq);
+		ereport(LOG,
+				(errmsg("took over the recount of a fair-dequeue queue from backend %d, which is gone",
+						owner)));
+	}
+	return true;
+}
+
+/* Forget this backend's record of its innermost recount. */
+static void
+fs_fair_resync_forget_owned(FsFairQueue *fq)
+{
+	if (nowned_resyncs > 0 && owned_resyncs[nowned_resyncs - 1].fq == fq)
+		nowned_resyncs--;
+}
+
 int64
 fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 {
@@ -2140,14 +2350,8 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 
 	if (fq == NULL)
 		return -1;
-	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-	if (fq->resyncing || (if_unsynced && fq->synced))
-	{
-		LWLockRelease(fq->lock);
+	if (!fs_fair_resync_begin(fq, if_unsynced))
 		return -1;
-	}
-	fq->resyncing = true;
-	LWLockRelease(fq->lock);
 
 	PG_TRY();
 	{
@@ -2157,9 +2361,11 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 	{
 		fs_fair_gate_open(fq);	/* if the error came with it closed */
 		fs_fair_resync_end(fq, true);
+		fs_fair_resync_forget_owned(fq);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	fs_fair_resync_forget_owned(fq);
 
 	if (!gate_closed)
 	{
@@ -2172,56 +2378,53 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 	return total;
 }
 
+/* What fs_fair_resync_one() works on. */
+typedef struct FsResyncArgs
+{
+	const char *queue_name;
+	bool		owned_only;
+	bool		done;
+	int		   *tenants;
+	int64	   *rows;
+} FsResyncArgs;
+
+/* fs_fair_resync_guarded()'s work, in its subtransaction. */
+static void
+fs_fair_resync_one(void *arg)
+{
+	FsResyncArgs *a = (FsResyncArgs *) arg;
+	FsFairDesc *desc = fs_fair_desc(a->queue_name, true);
+
+	if (desc != NULL && (!a->owned_only || fs_class_ownercheck(desc->ready_relid, GetUserId())))
+	{
+		*a->rows = fs_fair_resync(desc, false, a->tenants);
+		a->done = true;
+	}
+}
+
 /*
  * Recount one queue in a subtransaction: false (after a WARNING) if it
  * failed, say because its table was dropped or its expressions fail on
- * some row, so that a recount of every queue goes on with the others.
- * With `owned_only`, a queue whose table the caller does not own is
- * skipped (false, silently).  Needs SPI connected.
+ * some row, so that a recount of every queue goes on with the others.  A
+ * cancel, a timeout or running out of memory is not such a failure: it
+ * stops the whole statement (subxact.c).  With `owned_only`, a queue whose
+ * table the caller does not own is skipped (false, silently).  Needs SPI
+ * connected.
  */
 static bool
 fs_fair_resync_guarded(const char *queue_name, bool owned_only, int *tenants, int64 *rows)
 {
-	MemoryContext context = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = false;
+	FsResyncArgs args = {queue_name, owned_only, false, tenants, rows};
+	ErrorData  *edata;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(context);
-	PG_TRY();
-	{
-		FsFairDesc *desc = fs_fair_desc(queue_name, true);
-
-		if (desc != NULL && (!owned_only || fs_class_ownercheck(desc->ready_relid, GetUserId())))
-		{
-			*rows = fs_fair_resync(desc, false, tenants);
-			ok = true;
-		}
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-		/* A cancel or shutdown stops the recount of every queue. */
-		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION)
-			ReThrowError(edata);
-		ereport(WARNING,
-				(errcode(edata->sqlerrcode),
-				 errmsg("could not recount queue \"%s\": %s", queue_name, edata->message),
-				 errhint("Fix or unregister the queue; the other queues are recounted.")));
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	return ok;
+	if (fs_subxact_run(fs_fair_resync_one, &args, NULL, &edata))
+		return args.done;
+	ereport(WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg("could not recount queue \"%s\": %s", queue_name, edata->message),
+			 errhint("Fix or unregister the queue; the other queues are recounted.")));
+	FreeErrorData(edata);
+	return false;
 }
 
 /*

@@ -92,6 +92,8 @@ typedef struct FsFairQueue
 	bool		synced;			/* counted from the table in this run */
 	bool		resyncing;		/* a recount is running: entries it pinned
 								 * stay in the heap even with no rows */
+	int32		resync_pid;		/* with resyncing: the backend recounting */
+	uint64		resync_owner_gen;	/* with resyncing: which of its recounts */
 	pg_atomic_uint32 commit_gate;	/* fs_fair_gate_enter(): committers inside,
 									 * and whether a recount closed it */
 	pg_atomic_uint64 latency_sampled_at;	/* when a claim last measured the

@@ -76,6 +76,7 @@
 #include "utils/typcache.h"
 
 #include "fairqueue_int.h"
+#include "subxact.h"
 #include "tenant_limits.h"
 
 PG_FUNCTION_INFO_V1(fs_register_queue);
@@ -1640,14 +1641,6 @@ fs_desc_free(FsFairDesc *desc)
 	desc->cxt = NULL;
 }
 
-static char *
-fs_getvalue(HeapTuple tuple, TupleDesc desc, const char *column, MemoryContext cxt)
-{
-	char	   *value = SPI_getvalue(tuple, desc, SPI_fnumber(desc, column));
-
-	return value ? MemoryContextStrdup(cxt, value) : NULL;
-}
-
 /* Append SQL of fairshare's own to q's text. */
 static void
 fs_q_sql(StringInfo buf, const char *sql)
@@ -1967,6 +1960,121 @@ fs_fair_check_schema_usage(FsFairDesc *desc, const char *function)
 }
 
 /*
+ * A stored expression as the claim queries use it: compiled against `rel`
+ * and deparsed again with the ready table called FS_ROW_ALIAS, as it is in
+ * every query.  The stored text calls it by its own name, which a whole-row
+ * reference ("f(jobs.*)") keeps and the queries would not resolve; column
+ * references come out the same.
+ */
+static char *
+fs_row_text(HeapTuple row, TupleDesc rowdesc, const char *column, Relation rel,
+			FsExprRole role, const char *queue, MemoryContext cxt, Oid *type)
+{
+	char	   *text = SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, column));
+	List	   *dpcontext = deparse_context_for(FS_ROW_ALIAS, RelationGetRelid(rel));
+	StringInfoData buf;
+	ListCell   *lc;
+
+	MemoryContext ecxt = CurrentMemoryContext;
+	List	   *order = NIL;
+
+	if (text == NULL)
+		return NULL;
+
+	/*
+	 * What the registration says no longer compiles (a column renamed, a
+	 * function dropped): say which queue and piece, and what to do, without
+	 * the text fairshare parsed.  Interruptions stay as they are.
+	 */
+	PG_TRY();
+	{
+		if (role != FS_EXPR_ORDER)
+		{
+			Node	   *expr = fs_compile(text, rel, role, queue);
+
+			if (type != NULL)
+				*type = exprType(expr);
+			text = deparse_expression(expr, dpcontext, false, false);
+		}
+		else
+			order = fs_compile_order(text, rel, queue);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(ecxt);
+		edata = CopyErrorData();
+		if (fs_error_must_propagate(edata->sqlerrcode))
+			PG_RE_THROW();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(edata->sqlerrcode),
+				 errmsg("%s of queue \"%s\": %s", fs_role_names[role], queue, edata->message),
+				 edata->detail ? errdetail_internal("%s", edata->detail) : 0,
+				 errhint("The table or a function the registration uses changed since; register "
+						 "the queue again with fs_register_queue() after changing the table.")));
+	}
+	PG_END_TRY();
+	if (role != FS_EXPR_ORDER)
+		return MemoryContextStrdup(cxt, text);
+	initStringInfo(&buf);
+	foreach(lc, order)
+	{
+		FsOrderItem *item = lfirst(lc);
+
+		if (buf.len > 0)
+			appendStringInfoString(&buf, ", ");
+		appendStringInfoString(&buf, deparse_expression(item->expr, dpcontext, false, false));
+		if (item->desc)
+			appendStringInfoString(&buf, " DESC");
+		if (item->nulls == SORTBY_NULLS_FIRST)
+			appendStringInfoString(&buf, " NULLS FIRST");
+		else if (item->nulls == SORTBY_NULLS_LAST)
+			appendStringInfoString(&buf, " NULLS LAST");
+	}
+	return MemoryContextStrdup(cxt, buf.data);
+}
+
+/*
+ * The SQL texts of `desc`'s registration, as its queries use them, and its
+ * key's type: the key expression's as compiled now, which must still be the
+ * registered one (DDL can change it) for the keys of the claim map to mean
+ * anything.
+ */
+static void
+fs_desc_texts(FsFairDesc *desc, HeapTuple row, TupleDesc rowdesc)
+{
+	Relation	rel = relation_open(desc->ready_relid, AccessShareLock);
+	const char *queue = desc->queue_name;
+	MemoryContext cxt = desc->cxt;
+	int			nest = fs_search_path_begin();
+	Oid			key_type = InvalidOid;
+
+	desc->tenant = fs_row_text(row, rowdesc, "tenant", rel, FS_EXPR_TENANT, queue, cxt, NULL);
+	desc->order_by = fs_row_text(row, rowdesc, "order_by", rel, FS_EXPR_ORDER, queue, cxt, NULL);
+	desc->ready_filter = fs_row_text(row, rowdesc, "ready_filter", rel, FS_EXPR_FILTER, queue,
+									 cxt, NULL);
+	desc->claim_filter = fs_row_text(row, rowdesc, "claim_filter", rel, FS_EXPR_FILTER, queue,
+									 cxt, NULL);
+	desc->key = fs_row_text(row, rowdesc, "key", rel, FS_EXPR_KEY, queue, cxt, &key_type);
+	desc->cost = fs_row_text(row, rowdesc, "cost", rel, FS_EXPR_COST, queue, cxt, NULL);
+	desc->enqueued_at = fs_row_text(row, rowdesc, "enqueued_at", rel, FS_EXPR_ENQUEUED_AT,
+									queue, cxt, NULL);
+	fs_search_path_end(nest);
+	relation_close(rel, NoLock);
+
+	desc->key_type = fs_row_oid(row, rowdesc, "key_type");
+	if (key_type != desc->key_type)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the key of queue \"%s\" is now of type %s, registered as %s",
+						queue, format_type_be(key_type), format_type_be(desc->key_type)),
+				 errhint("Register the queue again with fs_register_queue().")));
+	get_typlenbyval(desc->key_type, &desc->key_len, &desc->key_byval);
+}
+
+/*
  * The registration of `queue_name`, loaded (and its queries prepared) if the
  * cached one is stale.  Not registered: NULL if missing_ok, else an error.
  */
@@ -2032,18 +2140,10 @@ fs_fair_desc(const char *queue_name, bool missing_ok)
 	desc->ready_name = MemoryContextStrdup(cxt, fs_qualified_name(desc->ready_relid));
 	desc->ready_schema = MemoryContextStrdup(cxt, quote_identifier(
 		get_namespace_name(get_rel_namespace(desc->ready_relid))));
-	desc->tenant = fs_getvalue(row, rowdesc, "tenant", cxt);
-	desc->order_by = fs_getvalue(row, rowdesc, "order_by", cxt);
-	desc->ready_filter = fs_getvalue(row, rowdesc, "ready_filter", cxt);
-	desc->claim_filter = fs_getvalue(row, rowdesc, "claim_filter", cxt);
-	desc->key = fs_getvalue(row, rowdesc, "key", cxt);
-	desc->cost = fs_getvalue(row, rowdesc, "cost", cxt);
-	desc->enqueued_at = fs_getvalue(row, rowdesc, "enqueued_at", cxt);
+	fs_desc_texts(desc, row, rowdesc);
 	desc->charge_runtime = DatumGetBool(SPI_getbinval(row, rowdesc,
 													  SPI_fnumber(rowdesc, "charge_runtime"),
 													  &isnull));
-	desc->key_type = fs_row_oid(row, rowdesc, "key_type");
-	get_typlenbyval(desc->key_type, &desc->key_len, &desc->key_byval);
 	desc->queue = fs_queue_lookup(queue_name, true);
 	desc->fq = desc->queue != NULL ? fs_fair_queue(desc->queue) : NULL;
 	fs_desc_prepare(desc);
@@ -2121,6 +2221,30 @@ fs_rel_expr(const char *text, Relation rel, FsExprRole role, const char *queue,
 	return ExecInitExpr(expr, NULL);
 }
 
+/*
+ * The type of the keys the triggers make is the type of the key expression
+ * as compiled now, never the one stored at registration: DDL on the table
+ * (ALTER COLUMN ... TYPE) can change it.  A key whose type is no longer the
+ * registered one cannot match the keys claims recorded: an error (which
+ * fs_rel_role_guarded() turns into a warning) until the queue is registered
+ * again.
+ */
+static void
+fs_rel_key_type(FsRelRole *role, ExprState *key, Oid registered, Relation rel)
+{
+	if (key == NULL)
+		return;
+	role->key_type = exprType((Node *) key->expr);
+	if (role->key_type != registered)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the key of queue \"%s\" is now of type %s on table %s, registered as %s",
+						role->queue_name, format_type_be(role->key_type),
+						RelationGetRelationName(rel), format_type_be(registered)),
+				 errhint("Register the queue again with fs_register_queue().")));
+	get_typlenbyval(role->key_type, &role->key_len, &role->key_byval);
+}
+
 static void
 fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, bool ready_side)
 {
@@ -2134,8 +2258,6 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 	role->charge_runtime = DatumGetBool(SPI_getbinval(row, rowdesc,
 													  SPI_fnumber(rowdesc, "charge_runtime"),
 													  &isnull));
-	role->key_type = fs_row_oid(row, rowdesc, "key_type");
-	get_typlenbyval(role->key_type, &role->key_len, &role->key_byval);
 	if (ready_side)
 	{
 		role->tenant = fs_rel_expr(SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, "tenant")),
@@ -2156,6 +2278,8 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 													 SPI_fnumber(rowdesc, "running_key")),
 										rel, FS_EXPR_RUNNING_KEY, queue, &user_code);
 	}
+	fs_rel_key_type(role, ready_side ? role->key : role->running_key,
+					fs_row_oid(row, rowdesc, "key_type"), rel);
 
 	/*
 	 * Code that the table's owner (or another role) can change runs as the
@@ -2166,53 +2290,50 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 	role->run_as_owner = user_code ? rel->rd_rel->relowner : InvalidOid;
 }
 
+/* What fs_rel_role_one() works on. */
+typedef struct FsRelRoleArgs
+{
+	FsRelRole  *role;
+	HeapTuple	row;
+	TupleDesc	rowdesc;
+	Relation	rel;
+	bool		ready_side;
+} FsRelRoleArgs;
+
+/* fs_rel_role_guarded()'s work, in its subtransaction. */
+static void
+fs_rel_role_one(void *arg)
+{
+	FsRelRoleArgs *a = (FsRelRoleArgs *) arg;
+
+	fs_rel_role(a->role, a->row, a->rowdesc, a->rel, a->ready_side);
+}
+
 /*
  * fs_rel_role() in a subtransaction: a registration that no longer compiles
  * against the table (a column it uses was renamed, say) must not make the
  * application's writes fail.  Its rows are then not counted (a warning says
  * so) until the queue is registered again, which recounts it; fs_claim() on
  * it fails with the compile error meanwhile.  Returns false if it failed.
+ * A cancel, a timeout or running out of memory still fails the statement
+ * (subxact.c).
  */
 static bool
 fs_rel_role_guarded(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel,
 					bool ready_side)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = true;
+	FsRelRoleArgs args = {role, row, rowdesc, rel, ready_side};
+	ErrorData  *edata;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		fs_rel_role(role, row, rowdesc, rel, ready_side);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		/* A cancel or shutdown is not the registration's fault: it stands. */
-		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION)
-			ReThrowError(edata);
-		ereport(WARNING,
-				(errcode(edata->sqlerrcode),
-				 errmsg("fair dequeue cannot follow table %s for queue \"%s\": %s",
-						RelationGetRelationName(rel), role->queue_name, edata->message),
-				 errhint("Register the queue again with fs_register_queue(); it is recounted then.")));
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
+	if (fs_subxact_run(fs_rel_role_one, &args, NULL, &edata))
+		return true;
+	ereport(WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg("fair dequeue cannot follow table %s for queue \"%s\": %s",
+					RelationGetRelationName(rel), role->queue_name, edata->message),
+			 errhint("Register the queue again with fs_register_queue(); it is recounted then.")));
+	FreeErrorData(edata);
+	return false;
 }
 
 /*

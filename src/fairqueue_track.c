@@ -412,10 +412,22 @@ typedef struct FsClaimRec
 	float8		vtime_after;
 } FsClaimRec;
 
+/*
+ * A claimed row's identity in this transaction: its claim-map key and the
+ * type of the value it was made from.  A queue registered again in the
+ * same transaction may have keys of another type, whose bytes must never
+ * be taken for the same row (nor interpreted as the new type).
+ */
+typedef struct FsXactKey
+{
+	FsClaimKey	claim;
+	Oid			type;
+} FsXactKey;
+
 /* A row claimed in this transaction. */
 typedef struct FsClaimedRow
 {
-	FsClaimKey	key;			/* hash key: must be first */
+	FsXactKey	key;			/* hash key: must be first */
 	FsQueue    *queue;
 	SubTransactionId subid;
 	SubTransactionId left_subid;	/* left the ready state, or 0 */
@@ -423,9 +435,17 @@ typedef struct FsClaimedRow
 	bool		mapped;			/* in the claim map */
 	int64		lease_id;
 	uint64		resync_gen;
-	Datum		value;			/* the key (copied) */
+	Datum		value;			/* the key (copied), of type key.type */
+	uint32		key_expr;		/* hash of the key expression it came from */
 	char		tenant[FS_NAME_BUFLEN];
 } FsClaimedRow;
+
+/* Which key expression a claimed row's key came from (see FsClaimedRow). */
+static uint32
+fs_key_expr_hash(FsFairDesc *desc)
+{
+	return hash_bytes((const unsigned char *) desc->key, (int) strlen(desc->key));
+}
 
 /* A lease released by the running-row trigger. */
 typedef struct FsRelease
@@ -517,7 +537,7 @@ fs_xact_begin(void)
 		xact_deltas = fs_xact_table("fairshare backlog deltas", sizeof(FsDeltaKey),
 									sizeof(FsDelta));
 	if (xact_claimed == NULL)
-		xact_claimed = fs_xact_table("fairshare claimed rows", sizeof(FsClaimKey),
+		xact_claimed = fs_xact_table("fairshare claimed rows", sizeof(FsXactKey),
 									 sizeof(FsClaimedRow));
 	xact_claims = NIL;
 	xact_releases = NIL;
@@ -611,13 +631,14 @@ fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows, float8 charge, 
  * A row fs_claim() returned: remember it (to recognise it leaving the ready
  * state) and map its key to its lease (to release it when it stops
  * running).  Returns false for a row without a key: such a row cannot be
- * recognised, so the caller gives its reservation back at once.
+ * recognised, so the caller gives its reservation back at once.  The key
+ * is of desc->key_type: the caller checked the query's result column.
  */
 bool
 fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_isnull,
 					 int64 lease_id, float8 est_cost, bool reserved, uint64 resync_gen)
 {
-	FsClaimKey	ckey;
+	FsXactKey	xkey;
 	FsClaimedRow *row;
 	bool		found;
 	MemoryContext old;
@@ -625,10 +646,12 @@ fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_i
 	if (key_isnull)
 		return false;
 	fs_xact_begin();
-	fs_claim_key_make(&ckey, desc->queue->queue_id, key, desc->key_type, desc->key_len,
+	memset(&xkey, 0, sizeof(xkey));
+	fs_claim_key_make(&xkey.claim, desc->queue->queue_id, key, desc->key_type, desc->key_len,
 					  desc->key_byval);
+	xkey.type = desc->key_type;
 	old = MemoryContextSwitchTo(xact_cxt);
-	row = hash_search(xact_claimed, &ckey, HASH_ENTER, &found);
+	row = hash_search(xact_claimed, &xkey, HASH_ENTER, &found);
 	row->queue = desc->queue;
 	row->subid = GetCurrentSubTransactionId();
 	row->left_subid = 0;
@@ -637,10 +660,11 @@ fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_i
 	row->lease_id = lease_id;
 	row->resync_gen = resync_gen;
 	row->value = datumCopy(key, desc->key_byval, desc->key_len);
+	row->key_expr = fs_key_expr_hash(desc);
 	strlcpy(row->tenant, tenant, FS_NAME_BUFLEN);
 	if (OidIsValid(desc->running_relid))
 	{
-		row->mapped = fs_claim_map_insert(&ckey, lease_id, est_cost, tenant);
+		row->mapped = fs_claim_map_insert(&xkey.claim, lease_id, est_cost, tenant);
 		if (!row->mapped)
 		{
 			LWLockAcquire(desc->fq->lock, LW_EXCLUSIVE);
@@ -667,14 +691,35 @@ fs_track_held_keys(FsFairDesc *desc)
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
+	uint32		key_expr;
 
 	if (!xact_active || desc->queue == NULL || hash_get_num_entries(xact_claimed) == 0)
 		return NULL;
 	values = palloc(sizeof(Datum) * hash_get_num_entries(xact_claimed));
+	key_expr = fs_key_expr_hash(desc);
 	hash_seq_init(&seq, xact_claimed);
 	while ((row = hash_seq_search(&seq)) != NULL)
 		if (row->queue == desc->queue && row->left_subid == 0)
+		{
+			/*
+			 * Claimed under an earlier registration whose key was another
+			 * expression (or of another type): the row cannot be left out
+			 * by key, and the claim would return it again.
+			 */
+			if (row->key.type != desc->key_type || row->key_expr != key_expr)
+			{
+				hash_seq_term(&seq);
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("queue \"%s\" was registered again with another key after this transaction claimed rows from it",
+								desc->queue_name),
+						 errdetail("The key is now %s (%s); the rows were claimed with keys of type %s.",
+								   desc->key, format_type_be(desc->key_type),
+								   format_type_be(row->key.type)),
+						 errhint("Commit or roll back the transaction before claiming from the queue again.")));
+			}
 			values[n++] = row->value;
+		}
 	if (n == 0)
 		return NULL;
 	get_typlenbyvalalign(desc->key_type, &typlen, &typbyval, &typalign);
@@ -780,12 +825,14 @@ fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, con
 	key = ExecEvalExprSwitchContext(role->key, econtext, &isnull);
 	if (!isnull && xact_active)
 	{
-		FsClaimKey ckey;
+		FsXactKey	xkey;
 		FsClaimedRow *row;
 
-		fs_claim_key_make(&ckey, role->queue->queue_id, key, role->key_type, role->key_len,
-						  role->key_byval);
-		row = hash_search(xact_claimed, &ckey, HASH_FIND, NULL);
+		memset(&xkey, 0, sizeof(xkey));
+		fs_claim_key_make(&xkey.claim, role->queue->queue_id, key, role->key_type,
+						  role->key_len, role->key_byval);
+		xkey.type = role->key_type;
+		row = hash_search(xact_claimed, &xkey, HASH_FIND, NULL);
 		if (row != NULL && row->reserved && row->left_subid == 0)
 		{
 			/* Claimed by fs_claim() in this transaction: already taken off. */
@@ -1085,7 +1132,7 @@ fs_undo_claims(SubTransactionId subid)
 			if (subid != InvalidSubTransactionId && row->subid != subid)
 				continue;
 			if (row->mapped)
-				fs_claim_map_remove(&row->key, row->lease_id);
+				fs_claim_map_remove(&row->key.claim, row->lease_id);
 			hash_search(xact_claimed, &row->key, HASH_REMOVE, NULL);
 		}
 	}
@@ -1250,7 +1297,7 @@ fs_pre_commit(void)
 
 				(void) fs_slot_release(row->lease_id, now, &held);
 				if (row->mapped)
-					fs_claim_map_remove(&row->key, row->lease_id);
+					fs_claim_map_remove(&row->key.claim, row->lease_id);
 				row->mapped = false;
 			}
 	}
