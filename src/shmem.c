@@ -494,10 +494,10 @@ static inline LWLock *fs_tenant_partition_lock(uint32 hashvalue);
  * table).  Returns how many were evicted.
  *
  * This runs on a decision's path, so it must neither fail nor make
- * decisions queue up behind it: the work array is allocated without
+ * decisions queue up behind it for long: the work array is allocated without
  * failing on memory before any lock is taken, only one backend evicts at a
- * time (the others fail open meanwhile), and after a pass that found nothing
- * idle, no new pass starts for FS_EVICT_BACKOFF_USECS.
+ * time (the others wait for its pass, then try again), and after a pass that
+ * found nothing idle, no new pass starts for FS_EVICT_BACKOFF_USECS.
  *
  * Three steps, so that no lock is held for long and nothing is sorted under
  * one: list the idle entries with every partition lock held SHARED (lookups
@@ -524,7 +524,12 @@ fs_tenant_evict(TimestampTz now)
 								 MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
 	if (candidates == NULL)
 		return 0;
-	if (!LWLockConditionalAcquire(fs_shared->evict_lock, LW_EXCLUSIVE))
+	/*
+	 * One backend evicts at a time.  The others wait for its pass to end
+	 * (rather than fail open while it frees room) and then try their insert
+	 * again.
+	 */
+	if (!LWLockAcquireOrWait(fs_shared->evict_lock, LW_EXCLUSIVE))
 	{
 		pfree(candidates);
 		return 0;
