@@ -64,6 +64,7 @@
 #include "fairshare.h"
 #include "run_as.h"
 #include "schedules.h"
+#include "subxact.h"
 #include "tenant_limits.h"
 #include "worker.h"
 
@@ -1185,6 +1186,20 @@ typedef struct FsRunKey
 	TimestampTz scheduled_for;
 } FsRunKey;
 
+/* fs_subxact_run() work: the plain insert of the ledger rows. */
+static void
+fs_insert_ledger_plain(void *arg)
+{
+	fs_execute(Q_LEDGER, (Datum *) arg, NULL, false, 0);
+}
+
+/* The only error the plain insert may end with: a row already there. */
+static bool
+fs_ledger_catches(int sqlerrcode)
+{
+	return sqlerrcode == ERRCODE_UNIQUE_VIOLATION;
+}
+
 /*
  * Insert the ledger rows.  Normally none exists yet, and a plain insert is
  * much cheaper than ON CONFLICT; if one does (next_run_at was moved back by
@@ -1193,41 +1208,22 @@ typedef struct FsRunKey
  * inserted, or the set (FsRunKey) of the rows that were.
  */
 static HTAB *
-fs_insert_ledger(Datum *args, int nrows)
+fs_insert_ledger(Datum *args)
 {
-	MemoryContext context = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
 	HASHCTL		ctl;
 	HTAB	   *inserted;
 	uint64		r;
+	ErrorData  *edata;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(context);
-	PG_TRY();
-	{
-		fs_execute(Q_LEDGER, args, NULL, false, 0);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
-			PG_RE_THROW();
-		FlushErrorState();
-		FreeErrorData(edata);
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-		nrows = -1;
-	}
-	PG_END_TRY();
-	if (nrows >= 0)
+	/*
+	 * In a subtransaction that is rolled back on any error; a unique
+	 * violation is ours to handle, and every other error (a lock_timeout,
+	 * a cancel, a deadlock) is re-thrown only after the rollback, so the
+	 * caller's transaction is left as PostgreSQL expects it.
+	 */
+	if (fs_subxact_run(fs_insert_ledger_plain, args, fs_ledger_catches, &edata))
 		return NULL;
+	FreeErrorData(edata);
 
 	fs_execute(Q_LEDGER_CHECKED, args, NULL, false, 0);
 	ctl.keysize = sizeof(FsRunKey);
@@ -1490,7 +1486,7 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
 		args[5] = fs_array(batch.l_state, NULL, batch.nledger, TEXTOID);
 		args[6] = fs_array(batch.l_missed, batch.l_missed_null, batch.nledger, TIMESTAMPTZOID);
 		args[7] = TimestampTzGetDatum(now);
-		inserted = fs_insert_ledger(args, batch.nledger);
+		inserted = fs_insert_ledger(args);
 	}
 
 	if (batch.nadvance > 0)
