@@ -36,6 +36,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "subxact.h"
 #include "tenant_limits.h"
 
 PG_FUNCTION_INFO_V1(fs_limits_validate);
@@ -249,6 +250,22 @@ fs_limits_lookup(const char *queue, const char *tenant, FsLimits *out)
 	SPI_finish();
 }
 
+typedef struct FsLimitsLookup
+{
+	const char *queue;
+	const char *tenant;
+	FsLimits   *out;
+} FsLimitsLookup;
+
+/* fs_subxact_run() work: read the limits. */
+static void
+fs_limits_lookup_one(void *arg)
+{
+	FsLimitsLookup *l = (FsLimitsLookup *) arg;
+
+	fs_limits_lookup(l->queue, l->tenant, l->out);
+}
+
 /*
  * Load the effective limits of (queue, tenant) from fs_limits into *out, as
  * committed: a transaction that changed fs_limits does not see its own change
@@ -259,16 +276,19 @@ fs_limits_lookup(const char *queue, const char *tenant, FsLimits *out)
  * cached in shared memory with that generation.
  *
  * Returns false when fs_limits cannot be read (its privileges were revoked,
- * row-level security hides it, a lock timeout...): the caller's decision then
- * fails open rather than fail the caller's transaction.  The read runs in a
- * subtransaction so that its error can be set aside; a cancel is re-raised.
+ * row-level security hides it): the caller's decision then fails open
+ * rather than fail the caller's transaction.  The read runs in a
+ * subtransaction so that its error can be set aside; a cancel, a timeout
+ * (statement or lock), running out of memory and a serialization failure
+ * or deadlock are the statement's, not the limits', and are re-raised
+ * (fs_subxact_run()).
  */
 bool
 fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out, uint32 *generation)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	volatile bool ok = true;
+	FsLimitsLookup lookup;
+	ErrorData  *edata;
+	bool		ok;
 
 	*generation = pg_atomic_read_u32(&fs_shared->limits_generation);
 	pg_memory_barrier();
@@ -279,36 +299,19 @@ fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out, uint32 *gen
 	out->budget_ms_per_minute = -1;
 	out->throttle = FS_DEFAULT_THROTTLE_PCT / 100.0;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcontext);
-	PG_TRY();
+	lookup.queue = queue->key.name;
+	lookup.tenant = tenant;
+	lookup.out = out;
+	ok = fs_subxact_run(fs_limits_lookup_one, &lookup, NULL, &edata);
+	if (!ok)
 	{
-		fs_limits_lookup(queue->key.name, tenant, out);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			ReThrowError(edata);
 		ereport(WARNING,
 				(errcode(edata->sqlerrcode),
 				 errmsg("fairshare could not read fs_limits, so this decision fails open: %s",
 						edata->message),
 				 errhint("Make fs_limits readable by the roles that call fairshare (it is granted to PUBLIC at install).")));
 		FreeErrorData(edata);
-		ok = false;
 	}
-	PG_END_TRY();
 
 	/* Rows are validated one by one; inherited fields can still cross. */
 	if (out->min_slots > out->max_slots)

@@ -5,6 +5,9 @@
 # autocommit the next statement runs and ROLLBACK says only that no
 # transaction is in progress.  Left open, the next statement saw "current
 # transaction is aborted" and ROLLBACK ended the session with a FATAL.
+#
+# The same rule for a decision that reads fs_limits: a lock timeout there is
+# the statement's (it ends the statement), not a reason to fail open.
 use strict;
 use warnings;
 
@@ -63,6 +66,25 @@ is($node->safe_psql('postgres', qq{
 	SET fairshare.debug_clock = $as_of;
 	SELECT count(*) FROM fs_claim_due_schedules(as_of => to_timestamp($as_of));}),
 	'1', 'the run is claimed once the lock is gone, exactly once');
+# A decision that must read fs_limits behind an ACCESS EXCLUSIVE lock.
+($in, $out, $err) = ('', '', '');
+$locker = IPC::Run::start(
+	[ 'psql', '-XAtq', '-d', $node->connstr('postgres') ],
+	'<', \$in, '>', \$out, '2>', \$err, IPC::Run::timeout(60));
+$in .= "BEGIN; LOCK fs_limits IN ACCESS EXCLUSIVE MODE; SELECT 'locked';\n";
+$locker->pump until $out =~ /locked/;
+($rc, $stdout, $stderr) = $node->psql('postgres', q{
+	SET lock_timeout = '200ms';
+	SELECT fs_acquire_slot('never_seen', 'lq');
+	SELECT 'next statement';
+}, on_error_stop => 0);
+like($stderr, qr/canceling statement due to lock timeout/, 'a lock timeout reading fs_limits ends the statement');
+unlike($stderr, qr/fails open/, 'and is not turned into a fail-open decision');
+like($stdout, qr/next statement/, 'the session goes on');
+$in .= "COMMIT;\n\\q\n";
+$locker->finish;
+is($node->safe_psql('postgres', "SELECT fail_open FROM fs_stats"), '0', 'nothing failed open');
+
 unlike(slurp_file($node->logfile), qr/terminated by signal/, 'no backend crashed');
 
 $node->stop;
