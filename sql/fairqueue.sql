@@ -550,9 +550,13 @@ INSERT INTO fo_jobs (tenant) VALUES ('a'), ('a'), ('b');
 RESET ROLE;
 SELECT * FROM fs_resync('fo');
 -- a queue whose table is gone is reported, and the rest are recounted
+-- (a registration left behind: dropped while the event trigger that
+-- removes it was disabled)
 CREATE TABLE fo_gone (id bigserial PRIMARY KEY, tenant text NOT NULL);
 SELECT queue FROM fs_register_queue('fo_gone', 'fo_gone', 'tenant', 'id');
+ALTER EVENT TRIGGER fs_fair_tables_dropped DISABLE;
 DROP TABLE fo_gone;
+ALTER EVENT TRIGGER fs_fair_tables_dropped ENABLE;
 SELECT * FROM fs_resync() WHERE queue_name LIKE 'fo%';
 SELECT fs_unregister_queue('fo_gone');
 SELECT fs_unregister_queue('fo');
@@ -606,12 +610,18 @@ GRANT CREATE ON SCHEMA public TO fq_alice, fq_mallory;
 GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) TO fq_alice, fq_mallory;
 GRANT EXECUTE ON FUNCTION fs_unregister_queue(text) TO fq_alice, fq_mallory;
 
--- A queue whose table was dropped still belongs to the role that registered
--- it: another may not take the name over (nor unregister it).
+-- A registration left behind by a dropped table (the event trigger that
+-- removes it disabled) still belongs to the role that registered it:
+-- another may not take the name over (nor unregister it).
 SET ROLE fq_alice;
 CREATE TABLE fa_jobs (id int PRIMARY KEY, tenant text NOT NULL);
 SELECT queue FROM fs_register_queue('fq_taken', 'fa_jobs', 'tenant', 'id');
+RESET ROLE;
+ALTER EVENT TRIGGER fs_fair_tables_dropped DISABLE;
+SET ROLE fq_alice;
 DROP TABLE fa_jobs;
+RESET ROLE;
+ALTER EVENT TRIGGER fs_fair_tables_dropped ENABLE;
 SET ROLE fq_mallory;
 CREATE TABLE fm_jobs (id int PRIMARY KEY, tenant text NOT NULL);
 SELECT queue FROM fs_register_queue('fq_taken', 'fm_jobs', 'tenant', 'id');
@@ -818,3 +828,37 @@ DROP TABLE fq_jobs, fw_jobs, fw_order, rt_jobs, rt_running, fq_nokey, fq_reserve
 DROP FUNCTION fw_take(int), gj_claim();
 TRUNCATE fs_limits;
 RESET fairshare.debug_clock;
+
+-- ---------------------------------------------------------------------------
+-- A dropped table takes its registration with it (event trigger on sql_drop)
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE dq_jobs (id bigint PRIMARY KEY, tenant text NOT NULL);
+CREATE TABLE dq_running (job_id bigint PRIMARY KEY);
+SELECT queue FROM fs_register_queue('dq', 'dq_jobs', 'tenant', 'id',
+       running_table => 'dq_running', running_key => 'job_id');
+INSERT INTO dq_jobs SELECT g, 't' || g % 2 FROM generate_series(1, 4) g;
+SELECT tenant, ready_rows FROM fs_tenants WHERE queue = 'dq' ORDER BY tenant;
+-- the running table: the registration goes, with the triggers and index it
+-- put on the ready table
+DROP TABLE dq_running;
+SELECT count(*) AS registrations FROM fs_fair_queues WHERE queue = 'dq';
+SELECT count(*) AS triggers FROM pg_trigger WHERE tgrelid = 'dq_jobs'::regclass AND tgname LIKE 'fs_fair%';
+SELECT count(*) AS indexes FROM pg_indexes WHERE tablename = 'dq_jobs' AND indexname LIKE '%fs_fair%';
+SELECT count(*) AS counted FROM fs_tenants WHERE queue = 'dq' AND ready_rows > 0;
+SELECT * FROM fs_claim('dq', NULL::dq_jobs, 1);
+-- the ready table, in a transaction that rolls back: nothing changes
+SELECT queue FROM fs_register_queue('dq', 'dq_jobs', 'tenant', 'id');
+BEGIN;
+DROP TABLE dq_jobs;
+ROLLBACK;
+SELECT count(*) AS registrations FROM fs_fair_queues WHERE queue = 'dq';
+SELECT count(*) AS claimed FROM fs_claim('dq', NULL::dq_jobs, 1);
+-- a whole schema
+CREATE SCHEMA dq_schema;
+CREATE TABLE dq_schema.jobs (id bigint PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('dq_s', 'dq_schema.jobs', 'tenant', 'id');
+DROP SCHEMA dq_schema CASCADE;
+SELECT queue FROM fs_fair_queues WHERE queue LIKE 'dq%' ORDER BY 1;
+DROP TABLE dq_jobs;
+SELECT count(*) AS registrations FROM fs_fair_queues WHERE queue LIKE 'dq%';

@@ -210,3 +210,24 @@ COMMENT ON FUNCTION fs_claim_due_schedules(integer, timestamptz) IS
 'claims the due runs of schedules without a command, each exactly once ever (the caller''s schedules; every role''s for superusers and fairshare_admin); as_of at most a minute after now';
 COMMENT ON FUNCTION fs_schedule(text, text, text, jsonb, text, text, text, text) IS
 'creates or changes the calling role''s schedule of that name; returns its id.  Refuses commands that can never run (transaction control, COPY to or from the client, statements that cannot run in a transaction, SET ROLE)';
+
+-- ---------------------------------------------------------------------------
+-- Fair dequeue: a dropped ready or running table takes its registration
+-- with it.  Registrations already left behind by a dropped table are
+-- removed here (their triggers and index went with the table, and the
+-- server forgets their counts at its next restart or recount).
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION fs_fair_tables_dropped() RETURNS event_trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'fs_fair_tables_dropped';
+COMMENT ON FUNCTION fs_fair_tables_dropped() IS
+'event trigger ON sql_drop: removes the registration of a queue whose ready or running table was dropped (its row, the triggers and index on its other table, its counts), with a notice';
+CREATE EVENT TRIGGER fs_fair_tables_dropped ON sql_drop
+    EXECUTE FUNCTION fs_fair_tables_dropped();
+COMMENT ON EVENT TRIGGER fs_fair_tables_dropped IS
+'fair dequeue: a dropped ready or running table takes its registration with it';
+
+DELETE FROM fs_fair_queues q
+ WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) q.ready_table::pg_catalog.oid)
+    OR (q.running_table IS NOT NULL AND
+        NOT EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) q.running_table::pg_catalog.oid));

@@ -815,6 +815,15 @@ CREATE FUNCTION fs_fair_truncate_trigger() RETURNS trigger
 COMMENT ON FUNCTION fs_fair_truncate_trigger() IS
 'trigger on TRUNCATE of a registered table: recounts the ready table, or releases the running table''s leases';
 
+CREATE FUNCTION fs_fair_tables_dropped() RETURNS event_trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'fs_fair_tables_dropped';
+COMMENT ON FUNCTION fs_fair_tables_dropped() IS
+'event trigger ON sql_drop: removes the registration of a queue whose ready or running table was dropped (its row, the triggers and index on its other table, its counts), with a notice';
+CREATE EVENT TRIGGER fs_fair_tables_dropped ON sql_drop
+    EXECUTE FUNCTION fs_fair_tables_dropped();
+COMMENT ON EVENT TRIGGER fs_fair_tables_dropped IS
+'fair dequeue: a dropped ready or running table takes its registration with it';
+
 -- ---------------------------------------------------------------------------
 -- Registration
 -- ---------------------------------------------------------------------------

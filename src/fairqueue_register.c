@@ -48,6 +48,7 @@
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/defrem.h"
+#include "commands/event_trigger.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "funcapi.h"
@@ -82,6 +83,7 @@
 PG_FUNCTION_INFO_V1(fs_register_queue);
 PG_FUNCTION_INFO_V1(fs_unregister_queue);
 PG_FUNCTION_INFO_V1(fs_fair_queues_changed);
+PG_FUNCTION_INFO_V1(fs_fair_tables_dropped);
 
 /* The alias of the ready table in every query fairshare builds. */
 #define FS_ROW_ALIAS		"fairshare_row"
@@ -872,12 +874,10 @@ fs_spi(const char *sql, int nargs, Oid *argtypes, Datum *values, const char *nul
 	return ret;
 }
 
-/* Run `sql` as the owner of the extension (for writes to fs_fair_queues). */
-static void
-fs_spi_as_extension_owner(const char *sql, int nargs, Oid *argtypes, Datum *values,
-						  const char *nulls)
+/* The role that owns the extension (and so fs_fair_queues). */
+static Oid
+fs_extension_owner(void)
 {
-	FsRunAs		run_as;
 	Oid			owner = InvalidOid;
 	HeapTuple	tuple;
 	Oid			extoid = get_extension_oid("fairshare", false);
@@ -896,11 +896,22 @@ fs_spi_as_extension_owner(const char *sql, int nargs, Oid *argtypes, Datum *valu
 	table_close(rel, AccessShareLock);
 	if (!OidIsValid(owner))
 		elog(ERROR, "could not find the owner of extension \"fairshare\"");
+	return owner;
+}
 
-	fs_run_as_begin(&run_as, owner, 0);
+/* Run `sql` as the owner of the extension (for writes to fs_fair_queues). */
+static void
+fs_spi_as_extension_owner(const char *sql, int nargs, Oid *argtypes, Datum *values,
+						  const char *nulls)
+{
+	FsRunAs		run_as;
+
+	fs_run_as_begin(&run_as, fs_extension_owner(), 0);
 	(void) fs_spi(sql, nargs, argtypes, values, nulls, false);
 	fs_run_as_end(&run_as);
 }
+
+static void fs_unregister_row(HeapTuple old, TupleDesc old_desc, const char *queue);
 
 static const char *
 fs_ext_schema(void)
@@ -1483,13 +1494,6 @@ fs_unregister_queue(PG_FUNCTION_ARGS)
 	char		queue[FS_NAME_BUFLEN];
 	HeapTuple	old;
 	TupleDesc	old_desc;
-	Oid			ready_relid;
-	Oid			running_relid;
-	Oid			indexoid;
-	bool		index_created;
-	bool		isnull;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		values[1];
 
 	fs_check_loaded();
 	fs_name_arg(fcinfo, 0, "queue", queue);
@@ -1501,13 +1505,29 @@ fs_unregister_queue(PG_FUNCTION_ARGS)
 		SPI_finish();
 		PG_RETURN_BOOL(false);
 	}
-	ready_relid = fs_row_oid(old, old_desc, "ready_table");
-	running_relid = fs_row_oid(old, old_desc, "running_table");
-	indexoid = fs_row_oid(old, old_desc, "ready_index");
-	index_created = DatumGetBool(SPI_getbinval(old, old_desc,
-											   SPI_fnumber(old_desc, "index_created"), &isnull));
-
 	fs_check_may_replace(old, old_desc, queue, "unregister it");
+	fs_unregister_row(old, old_desc, queue);
+	SPI_finish();
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * Remove the registration `old` of `queue`: its row, the index it created,
+ * its triggers (on whichever of its tables still exists), and, when this
+ * transaction commits, its state in shared memory.  SPI connected.
+ */
+static void
+fs_unregister_row(HeapTuple old, TupleDesc old_desc, const char *queue)
+{
+	Oid			ready_relid = fs_row_oid(old, old_desc, "ready_table");
+	Oid			running_relid = fs_row_oid(old, old_desc, "running_table");
+	Oid			indexoid = fs_row_oid(old, old_desc, "ready_index");
+	bool		isnull;
+	bool		index_created = DatumGetBool(SPI_getbinval(old, old_desc,
+														   SPI_fnumber(old_desc, "index_created"),
+														   &isnull));
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
 
 	values[0] = CStringGetTextDatum(queue);
 	fs_spi_as_extension_owner(psprintf("DELETE FROM %s.fs_fair_queues WHERE queue = $1",
@@ -1519,8 +1539,71 @@ fs_unregister_queue(PG_FUNCTION_ARGS)
 	if (OidIsValid(running_relid) && running_relid != ready_relid)
 		fs_sync_triggers(running_relid);
 	fs_track_registration_changed(queue, true);
+}
+
+/*
+ * Event trigger ON sql_drop: a registration whose ready or running table
+ * was dropped is removed with it (its row, the triggers and index fairshare
+ * put on the other table, its counts and fair order), with a NOTICE,
+ * rather than left behind as a bare OID that recounts skip.  Whoever drops
+ * a table may end its registration; the cleanup runs as the extension's
+ * owner, who owns fs_fair_queues, with a fixed search_path (run_as.c).
+ */
+Datum
+fs_fair_tables_dropped(PG_FUNCTION_ARGS)
+{
+	FsRunAs		run_as;
+	List	   *queues = NIL;
+	ListCell   *lc;
+	uint64		r;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("fs_fair_tables_dropped() must be fired as an event trigger")));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	fs_spi(psprintf("SELECT q.queue, d.object_identity"
+					"  FROM %s.fs_fair_queues q"
+					"  JOIN pg_catalog.pg_event_trigger_dropped_objects() d"
+					"    ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
+					"   AND d.objsubid OPERATOR(pg_catalog.=) 0"
+					"   AND d.objid OPERATOR(pg_catalog.=) ANY (ARRAY[q.ready_table::pg_catalog.oid,"
+					"                                              q.running_table::pg_catalog.oid])"
+					" ORDER BY 1",
+					fs_ext_schema()),
+		   0, NULL, NULL, NULL, true);
+	for (r = 0; r < SPI_processed; r++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		queues = lappend(queues, list_make2(SPI_getvalue(SPI_tuptable->vals[r],
+														 SPI_tuptable->tupdesc, 1),
+											SPI_getvalue(SPI_tuptable->vals[r],
+														 SPI_tuptable->tupdesc, 2)));
+		MemoryContextSwitchTo(old);
+	}
+
+	fs_run_as_begin(&run_as, fs_extension_owner(), FS_RUN_AS_UNRESTRICTED);
+	foreach(lc, queues)
+	{
+		const char *queue = linitial(lfirst(lc));
+		const char *table = lsecond(lfirst(lc));
+		TupleDesc	old_desc;
+		HeapTuple	old = fs_registration_row(queue, &old_desc);
+
+		if (old == NULL)
+			continue;			/* both its tables went in this command */
+		fs_unregister_row(old, old_desc, queue);
+		ereport(NOTICE,
+				(errmsg("queue \"%s\" is no longer registered for fair dequeue: its table %s was dropped",
+						queue, table),
+				 errhint("Register its new table with fs_register_queue() to claim from it again.")));
+	}
+	fs_run_as_end(&run_as);
 	SPI_finish();
-	PG_RETURN_BOOL(true);
+	PG_RETURN_VOID();
 }
 
 /*
