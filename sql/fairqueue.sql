@@ -862,3 +862,29 @@ DROP SCHEMA dq_schema CASCADE;
 SELECT queue FROM fs_fair_queues WHERE queue LIKE 'dq%' ORDER BY 1;
 DROP TABLE dq_jobs;
 SELECT count(*) AS registrations FROM fs_fair_queues WHERE queue LIKE 'dq%';
+
+-- ---------------------------------------------------------------------------
+-- Tokens are charged for the rows a claim returns, not for the rows it was
+-- admitted to: rows excluded by the claim-time filter cost nothing.
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE bq_jobs (id bigint PRIMARY KEY, tenant text NOT NULL, run_at timestamptz NOT NULL);
+SELECT queue FROM fs_register_queue('bq', 'bq_jobs', 'tenant', 'id', filter => 'run_at <= now()');
+SELECT fs_set_limit('bt', 'bq', max_slots => 10, budget_ms_per_minute => 1000);
+INSERT INTO bq_jobs SELECT g, 'bt', now() + interval '1 hour' FROM generate_series(1, 5) g;
+SELECT count(*) AS claimed FROM fs_claim('bq', NULL::bq_jobs, 5);
+SELECT count(*) AS claimed FROM fs_claim('bq', NULL::bq_jobs, 5);
+SELECT round(token_balance) AS balance, slots_in_use FROM fs_tenants WHERE queue = 'bq' AND tenant = 'bt';
+-- two rows claimable now: two rows' tokens, kept at commit
+UPDATE bq_jobs SET run_at = now() - interval '1 second' WHERE id <= 2;
+SELECT count(*) AS claimed FROM fs_claim('bq', NULL::bq_jobs, 5);
+SELECT round(token_balance) AS balance, slots_in_use FROM fs_tenants WHERE queue = 'bq' AND tenant = 'bt';
+-- and given back when the claim rolls back
+BEGIN;
+UPDATE bq_jobs SET run_at = now() - interval '1 second' WHERE id = 3;
+SELECT count(*) AS claimed FROM fs_claim('bq', NULL::bq_jobs, 5);
+ROLLBACK;
+SELECT round(token_balance) AS balance FROM fs_tenants WHERE queue = 'bq' AND tenant = 'bt';
+SELECT fs_unregister_queue('bq');
+DELETE FROM fs_limits WHERE queue = 'bq';
+DROP TABLE bq_jobs;

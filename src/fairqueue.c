@@ -629,6 +629,7 @@ typedef struct FsPlanTenant
 	float8		est_cost;		/* cost charged per planned row */
 	float8	   *starts;			/* start tag of each planned row (after planning) */
 	int64	   *leases;			/* a lease per admitted row */
+	float8	   *taken;			/* the tokens each admitted row took */
 	float8		cost_fix;		/* tag correction for real costs (unweighted) */
 	float8		served_fix;
 	int32		unkeyed;		/* rows got without a key: reservation given back */
@@ -1113,6 +1114,7 @@ fs_claim_admit(FsQueue *queue, FsPlanTenant *pt, float8 budget_cost, int64 lease
 	int32		i;
 
 	pt->leases = palloc(sizeof(int64) * Max(pt->planned, 1));
+	pt->taken = palloc(sizeof(float8) * Max(pt->planned, 1));
 	for (i = 0; i < pt->planned; i++)
 	{
 		FsSlotDecision decision;
@@ -1128,6 +1130,7 @@ fs_claim_admit(FsQueue *queue, FsPlanTenant *pt, float8 budget_cost, int64 lease
 			break;
 		}
 		pt->leases[i] = decision.lease_id;
+		pt->taken[i] = taken;
 	}
 	pt->admitted = i;
 	return i;
@@ -1312,12 +1315,18 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 
 		if (pt->got < pt->planned)
 			*retry = true;
-		/* Leases for rows the query did not return end now (same xact). */
+		/*
+		 * Rows the query did not return (locked, or not claimable yet by
+		 * the claim-time filter) give back their lease and their tokens
+		 * now: a tenant pays for the rows it gets, not for the rows it was
+		 * admitted to.
+		 */
 		for (k = pt->got; k < pt->admitted; k++)
 		{
 			int64		held;
 
 			(void) fs_slot_release(pt->leases[k], now, &held);
+			fs_budget_unclaim(desc->queue, pt->name, pt->taken[k]);
 		}
 		fs_plan_settle(desc->queue, &plan, pt, now, &tag_fix, &served_fix);
 		if (pt->got != pt->planned || pt->unkeyed > 0 || tag_fix != 0 || served_fix != 0)
