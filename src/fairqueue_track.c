@@ -278,8 +278,20 @@ fs_int64_cmp(const void *a, const void *b)
 }
 
 /*
+ * Leases that the previous sweep of this process found missing, sorted.
+ * A claim takes its lease id, inserts the lease, then maps the row; a sweep
+ * that lists the leases between the first two steps does not see a lease
+ * that is about to exist.  So an entry is forgotten only when two sweeps in
+ * a row found its lease missing: the next listing sees every lease that was
+ * on its way.
+ */
+static int64 *sweep_suspects = NULL;
+static int	sweep_nsuspects = 0;
+
+/*
  * Forget claim-map entries whose leases are gone (released without the row
- * leaving the running table, or expired).  Returns how many.
+ * leaving the running table, or expired): missing from two listings in a
+ * row (see sweep_suspects).  Returns how many.
  */
 int
 fs_claim_map_sweep(void)
@@ -289,13 +301,19 @@ fs_claim_map_sweep(void)
 	FsClaimEntry *entry;
 	int			removed = 0;
 	int64		first_new;
+	int64	   *suspects;
+	int			nsuspects = 0;
 
 	/*
 	 * Allocated before the visitor runs under the lease locks: the lease
-	 * table never holds more than fairshare.max_leases.
+	 * table never holds more than fairshare.max_leases, and the claim map
+	 * has room for as many entries.
 	 */
 	live.capacity = fs_max_leases;
 	live.count = 0;
+	suspects = MemoryContextAllocExtended(TopMemoryContext,
+										  sizeof(int64) * Max(fs_max_leases, 1),
+										  MCXT_ALLOC_HUGE);
 
 	/*
 	 * A claim may take its lease after the leases are listed and map it
@@ -309,14 +327,28 @@ fs_claim_map_sweep(void)
 	fs_claim_map_lock_all(LW_EXCLUSIVE);
 	hash_seq_init(&seq, fs_claim_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
-		if (entry->lease_id < first_new &&
-			bsearch(&entry->lease_id, live.ids, live.count, sizeof(int64), fs_int64_cmp) == NULL)
+	{
+		if (entry->lease_id >= first_new ||
+			bsearch(&entry->lease_id, live.ids, live.count, sizeof(int64), fs_int64_cmp) != NULL)
+			continue;
+		if (sweep_suspects != NULL &&
+			bsearch(&entry->lease_id, sweep_suspects, sweep_nsuspects, sizeof(int64),
+					fs_int64_cmp) != NULL)
 		{
 			hash_search(fs_claim_hash, &entry->key, HASH_REMOVE, NULL);
 			removed++;
 		}
+		else if (nsuspects < fs_max_leases)
+			suspects[nsuspects++] = entry->lease_id;
+	}
 	fs_claim_map_unlock_all();
 	pfree(live.ids);
+
+	qsort(suspects, nsuspects, sizeof(int64), fs_int64_cmp);
+	if (sweep_suspects != NULL)
+		pfree(sweep_suspects);
+	sweep_suspects = suspects;
+	sweep_nsuspects = nsuspects;
 	return removed;
 }
 
