@@ -101,15 +101,20 @@ typedef struct FsRefund
 static HTAB *refunds = NULL;
 static long refund_count = 0;
 
-void
-fs_budget_refund_at_abort(FsQueue *queue, const char *tenant, float8 tokens)
+/*
+ * The refund entry of (queue, tenant) in this subtransaction, created if
+ * need be.  Deciders make it before they take any token, so that nothing
+ * can fail (out of memory) between taking tokens and recording their
+ * refund.  Entries never move, so the pointer stays good until the
+ * transaction ends.
+ */
+static FsRefund *
+fs_budget_refund_entry(FsQueue *queue, const char *tenant)
 {
 	FsRefundKey key;
 	FsRefund   *refund;
 	bool		found;
 
-	if (tokens == 0)
-		return;
 	if (refunds == NULL)
 	{
 		HASHCTL		info;
@@ -130,7 +135,27 @@ fs_budget_refund_at_abort(FsQueue *queue, const char *tenant, float8 tokens)
 		refund->tokens = 0;
 		refund_count++;
 	}
-	refund->tokens += tokens;
+	return refund;
+}
+
+void
+fs_budget_refund_at_abort(FsQueue *queue, const char *tenant, float8 tokens)
+{
+	if (tokens == 0)
+		return;
+	fs_budget_refund_entry(queue, tenant)->tokens += tokens;
+}
+
+/* Record tokens taken in an entry made beforehand (or, without one, now). */
+static inline void
+fs_budget_refund_add(FsRefund *prepared, FsQueue *queue, const char *tenant, float8 tokens)
+{
+	if (tokens == 0)
+		return;
+	if (prepared != NULL)
+		prepared->tokens += tokens;
+	else
+		fs_budget_refund_at_abort(queue, tenant, tokens);
 }
 
 /* Put tokens back into a bucket, up to its cap. */
@@ -296,6 +321,7 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 	FsGateCapacity cap = {0};
 	FsBackpressure bp = FS_BP_NONE;
 	FsDecision	d;
+	FsRefund   *refund = NULL;
 	TimestampTz now;
 	int32		ceiling;
 	FsReason	deny_reason;
@@ -335,6 +361,8 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 	d.queue_id = queue->queue_id;
 	ceiling = fs_gate_ceiling(&cap, &ref.limits, &deny_reason);
 	lost = ref.limits.budget_ms_per_minute >= 0 && fs_budget_state_lost(now);
+	if (ref.limits.budget_ms_per_minute >= 0)
+		refund = fs_budget_refund_entry(queue, tenant);
 
 	SpinLockAcquire(&entry->mutex);
 	fs_tenant_touch(entry, now);
@@ -379,7 +407,7 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 	if (d.reason == FS_REASON_FAIL_OPEN)
 		FS_COUNT_GLOBAL(fail_open);
 	if (d.tokens_consumed > 0)
-		fs_budget_refund_at_abort(queue, tenant, d.tokens_consumed);
+		fs_budget_refund_add(refund, queue, tenant, d.tokens_consumed);
 	fs_decision_log(&d);
 	PG_RETURN_INT32(d.granted);
 }
@@ -399,6 +427,7 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 	FsTenantRef ref;
 	FsTenant   *entry = NULL;
 	FsDecision	d;
+	FsRefund   *refund = NULL;
 	TimestampTz now;
 
 	fs_check_loaded();
@@ -438,6 +467,8 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 	}
 	d.queue_id = queue->queue_id;
 	d.reason = FS_REASON_GRANTED;
+	if (ref.limits.budget_ms_per_minute >= 0)
+		refund = fs_budget_refund_entry(queue, tenant);
 
 	SpinLockAcquire(&entry->mutex);
 	fs_tenant_touch(entry, now);
@@ -456,7 +487,7 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 	if (isnan(d.balance_after))
 		PG_RETURN_NULL();
 	/* Refund only what was taken: the debt bound may have kept some. */
-	fs_budget_refund_at_abort(queue, tenant, d.tokens_consumed);
+	fs_budget_refund_add(refund, queue, tenant, d.tokens_consumed);
 	PG_RETURN_FLOAT8(d.balance_after);
 }
 
@@ -499,6 +530,7 @@ fs_budget_claim(FsQueue *queue, const char *tenant, float8 cost_ms, TimestampTz 
 	FsTenantRef ref;
 	FsTenant   *entry;
 	FsDecision	d;
+	FsRefund   *refund = NULL;
 	bool		lost;
 
 	*taken = 0;
@@ -521,6 +553,7 @@ fs_budget_claim(FsQueue *queue, const char *tenant, float8 cost_ms, TimestampTz 
 		return true;
 	}
 	lost = fs_budget_state_lost(now);
+	refund = fs_budget_refund_entry(queue, tenant);
 
 	SpinLockAcquire(&entry->mutex);
 	fs_tenant_touch(entry, now);
@@ -549,7 +582,7 @@ fs_budget_claim(FsQueue *queue, const char *tenant, float8 cost_ms, TimestampTz 
 	d.granted = d.reason == FS_REASON_NO_BUDGET ? 0 : 1;
 	fs_decision_log(&d);
 	if (*taken > 0)
-		fs_budget_refund_at_abort(queue, tenant, *taken);
+		fs_budget_refund_add(refund, queue, tenant, *taken);
 	return d.granted > 0;
 }
 
