@@ -888,3 +888,31 @@ SELECT round(token_balance) AS balance FROM fs_tenants WHERE queue = 'bq' AND te
 SELECT fs_unregister_queue('bq');
 DELETE FROM fs_limits WHERE queue = 'bq';
 DROP TABLE bq_jobs;
+
+-- ---------------------------------------------------------------------------
+-- One transaction may change more than 64 queues (up to fairshare.max_queues)
+-- ---------------------------------------------------------------------------
+
+DO $$
+BEGIN
+    FOR i IN 1..70 LOOP
+        EXECUTE format('CREATE TABLE mq_%s (id bigint PRIMARY KEY, tenant text NOT NULL)', i);
+        PERFORM fs_register_queue('mq_' || i, ('mq_' || i)::regclass, 'tenant', 'id');
+    END LOOP;
+END $$;
+BEGIN;
+DO $$
+BEGIN
+    FOR i IN 1..70 LOOP
+        EXECUTE format('INSERT INTO mq_%s VALUES (1, ''t'')', i);
+    END LOOP;
+END $$;
+COMMIT;
+SELECT count(*) AS queues, sum(ready_rows) AS rows FROM fs_tenants WHERE queue LIKE 'mq\_%';
+DO $$
+BEGIN
+    FOR i IN 1..70 LOOP
+        EXECUTE format('DROP TABLE mq_%s', i);
+    END LOOP;
+END $$;
+SELECT count(*) AS registrations FROM fs_fair_queues WHERE queue LIKE 'mq\_%';

@@ -498,15 +498,19 @@ typedef struct FsQueueEvent
 	char		queue_name[FS_NAME_BUFLEN];	/* "" = registrations in general */
 	SubTransactionId subid;
 	uint8		kind;
+	FsQueue    *queue;			/* looked up before commit, or NULL */
 } FsQueueEvent;
 
 #define FS_EVENT_REGISTERED		1
 #define FS_EVENT_UNREGISTERED	2
 #define FS_EVENT_TRUNCATED		3
 
-/* Queues whose commit gate this transaction entered (fairqueue.c). */
-#define FS_MAX_GATED	64
-static FsQueue *gated[FS_MAX_GATED];
+/*
+ * Queues whose commit gate this transaction entered (fairqueue.c): room for
+ * every queue the server can have, allocated once, before the first gate
+ * is entered.
+ */
+static FsQueue **gated = NULL;
 static int	ngated = 0;
 static bool gate_exit_registered = false;
 
@@ -1278,13 +1282,17 @@ fs_gate_enter_once(FsQueue *queue)
 	for (i = 0; i < ngated; i++)
 		if (gated[i] == queue)
 			return;
+	if (gated == NULL)
+		gated = MemoryContextAlloc(TopMemoryContext, sizeof(FsQueue *) * Max(fs_max_queues, 1));
 	if (!gate_exit_registered)
 	{
 		before_shmem_exit(fs_gate_exit_callback, (Datum) 0);
 		gate_exit_registered = true;
 	}
-	if (ngated == FS_MAX_GATED)
-		elog(ERROR, "one transaction changed more than %d fair-dequeue queues", FS_MAX_GATED);
+	/* Queues are never more than fairshare.max_queues. */
+	if (ngated >= fs_max_queues)
+		elog(ERROR, "one transaction changed more fair-dequeue queues than fairshare.max_queues (%d)",
+			 fs_max_queues);
 	fs_fair_gate_enter(queue);
 	gated[ngated++] = queue;
 }
@@ -1345,6 +1353,22 @@ fs_pre_commit(void)
 				if (fs_tenant_open(delta->queue, delta->key.tenant, FS_OPEN_CREATE, &ref) != NULL)
 					fs_tenant_close(&ref);
 			}
+	}
+
+	/*
+	 * The queues of registration events, looked up now: a lookup may add
+	 * to this backend's cache (memory), which the commit itself must not.
+	 */
+	{
+		ListCell   *lc;
+
+		foreach(lc, xact_events)
+		{
+			FsQueueEvent *event = lfirst(lc);
+
+			if (event->queue_name[0] != '\0')
+				event->queue = fs_queue_lookup(event->queue_name, false);
+		}
 	}
 
 	/* Last: from here until its changes are applied, a recount waits. */
@@ -1508,11 +1532,8 @@ fs_commit(void)
 	foreach(lc, xact_events)
 	{
 		FsQueueEvent *event = lfirst(lc);
-		FsQueue    *queue;
+		FsQueue    *queue = event->queue;
 
-		if (event->queue_name[0] == '\0')
-			continue;
-		queue = fs_queue_lookup(event->queue_name, false);
 		if (queue == NULL)
 			continue;
 		fs_fair_forget(queue);
