@@ -2166,12 +2166,17 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		c->rows = rows;
 	}
 
-	/* Every counted tenant gets an entry, pinned in the fair order. */
+	/*
+	 * Every counted tenant gets an entry, pinned in the fair order; unless
+	 * the queue was forgotten since the snapshot (below), which would leave
+	 * them pinned with counts that do not add up.
+	 */
 	hash_seq_init(&seq, counts);
 	while ((c = hash_seq_search(&seq)) != NULL)
 	{
 		FsTenantRef ref;
 		FsTenant   *entry = fs_tenant_open(desc->queue, c->name, FS_OPEN_CREATE, &ref);
+		bool		forgotten;
 
 		if (entry == NULL)
 		{
@@ -2180,9 +2185,16 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 			continue;
 		}
 		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-		fs_fair_enqueue_locked(fq, entry, true);
+		forgotten = fq->forget_gen != forget_gen;
+		if (!forgotten)
+			fs_fair_enqueue_locked(fq, entry, true);
 		LWLockRelease(fq->lock);
 		fs_tenant_close(&ref);
+		if (forgotten)
+		{
+			hash_seq_term(&seq);
+			break;
+		}
 	}
 
 	qsort(at, nat, sizeof(FsCountAt), fs_count_at_cmp);
