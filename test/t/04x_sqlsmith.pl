@@ -31,7 +31,11 @@ diag "sqlsmith seed: $seed (FS_FUZZ_SEED=$seed reproduces the seeds), ${seconds}
 
 my $node = fs_node('sqlsmith', qq{
 log_min_messages = warning
+# go on after a crash (PostgreSQL::Test::Cluster turns it off), to find more
+restart_after_crash = on
 log_min_error_statement = panic
+# the queries are in SQLsmith's output; a crash's is in the log anyway
+log_statement = none
 });
 my $log_start = fuzz_log_offset($node);
 $node->safe_psql('postgres', fuzz_setup_sql());

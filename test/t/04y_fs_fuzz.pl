@@ -32,6 +32,8 @@ srand($seed);
 
 my $node = fs_node('fs_fuzz', qq{
 statement_timeout = '4s'
+# go on after a crash (PostgreSQL::Test::Cluster turns it off), to find more
+restart_after_crash = on
 lock_timeout = '1s'
 idle_in_transaction_session_timeout = '30s'
 log_min_messages = warning
@@ -332,6 +334,46 @@ my $repair = fuzz_repair_sql();
 $repair =~ s/\s*\n\s*/ /g;
 my @repair = grep { /\S/ } map { s/^\s+//r } split /;/, $repair;
 
+# Sequences more likely together than by chance: a registration changed
+# (key type, table, expressions) between claims and the releases of the same
+# transaction, and a column type changed under a queue in use.
+my @claims = (
+	q{SELECT count(*) FROM fs_claim('fz_plain', NULL::fz_jobs, 3)},
+	q{WITH c AS (SELECT (j.job).id, j.tenant FROM fs_claim('fz_plain', NULL::fz_jobs, 3) j), d AS (DELETE FROM fz_jobs USING c WHERE fz_jobs.id = c.id) INSERT INTO fz_running (job_id, tenant) SELECT id, tenant FROM c},
+	q{SELECT count(*) FROM fs_claim('fz_uuid', NULL::fz_uuid, 2)},
+	q{SELECT count(*) FROM fs_claim('fz_text', NULL::fz_text, 2)},
+	q{WITH c AS (SELECT (j.job).job_id FROM fs_claim('solid_queue', NULL::solid_queue_ready_executions, 2) j), d AS (DELETE FROM solid_queue_ready_executions r USING c WHERE r.job_id = c.job_id) INSERT INTO solid_queue_claimed_executions (job_id) SELECT job_id FROM c ON CONFLICT DO NOTHING},
+	q{SELECT * FROM fs_ready_tenants('fz_plain')},
+);
+my @releases = (
+	q{DELETE FROM fz_running}, q{DELETE FROM solid_queue_claimed_executions},
+	q{DELETE FROM fz_jobs WHERE id IN (SELECT id FROM fz_jobs LIMIT 3)},
+	q{DELETE FROM fz_text WHERE id IN (SELECT id FROM fz_text LIMIT 3)},
+	q{INSERT INTO fz_text SELECT md5(random()::text), 'y', 1 FROM generate_series(1, 3)},
+	q{UPDATE fz_uuid SET tenant_id = tenant_id + 1},
+	q{TRUNCATE fz_running}, q{SELECT fs_release_slot(lease_id) FROM fs_leases},
+);
+my @reregister = grep { /fs_register_queue|fs_unregister_queue|ALTER COLUMN|DROP TABLE|RENAME|DROP COLUMN|ADD COLUMN/ } @ddl;
+
+sub scenario
+{
+	my @s = (pick('BEGIN', 'BEGIN', 'BEGIN ISOLATION LEVEL REPEATABLE READ'));
+	for (1 .. 1 + int(rand(3)))
+	{
+		push @s, pick(@claims) if chance(0.8);
+		push @s, pick(@reregister);
+		push @s, 'SAVEPOINT s' if chance(0.2);
+		push @s, pick(@claims) if chance(0.6);
+		push @s, pick(@releases) if chance(0.6);
+		push @s, 'ROLLBACK TO SAVEPOINT s' if chance(0.1);
+	}
+	push @s, pick('COMMIT', 'COMMIT', 'ROLLBACK');
+	push @s, pick(@claims), pick(@releases), pick(@claims);
+	push @s, pick(@repair) if chance(0.3);
+	return @s;
+}
+
+
 # One line per statement: psql reports the line of each error.
 sub fuzz_batch
 {
@@ -342,7 +384,12 @@ sub fuzz_batch
 	{
 		my $r = rand();
 		my $s;
-		if (!$in_tx && $r < 0.12)
+		if (!$in_tx && $r < 0.04)
+		{
+			push @out, scenario();
+			next;
+		}
+		if (!$in_tx && $r < 0.14)
 		{
 			$s = pick('BEGIN', 'BEGIN', 'BEGIN ISOLATION LEVEL SERIALIZABLE', 'BEGIN READ ONLY');
 			$in_tx = 1 + int(rand(6));
@@ -503,7 +550,8 @@ while (time() < $deadline)
 	account($path, \@lines, $err);
 	my $keep = scalar(keys %internal) > $internal_before;
 	# Prepared transactions hold locks: end them between batches.
-	for my $gid (split /\n/, $node->safe_psql('postgres', 'SELECT gid FROM pg_prepared_xacts'))
+	my (undef, $gids) = $node->psql('postgres', 'SELECT gid FROM pg_prepared_xacts');
+	for my $gid (split /\n/, $gids // '')
 	{
 		$node->psql('postgres', (chance(0.5) ? 'COMMIT' : 'ROLLBACK') . " PREPARED '$gid'");
 	}
