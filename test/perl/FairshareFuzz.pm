@@ -11,7 +11,7 @@ use warnings;
 use Exporter 'import';
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(fuzz_seconds fuzz_setup_sql fuzz_repair_sql fuzz_crashes fuzz_log_offset);
+our @EXPORT = qw(fuzz_seconds fuzz_setup_sql fuzz_repair_sql fuzz_crashes fuzz_crash_report fuzz_log_offset);
 
 # How long a fuzz test runs: FS_FUZZ_SECONDS, else the test's default.
 sub fuzz_seconds
@@ -111,6 +111,17 @@ sub fuzz_crashes
 	return grep {
 		/terminated by signal|server process .* was terminated|server process .* exited with exit code [^0]|PANIC:|TRAP:|was terminated by exception/
 	} split /\n/, $log;
+}
+
+# The crash lines with what each crashed process was running, for a report.
+sub fuzz_crash_report
+{
+	my ($node, $offset) = @_;
+	my $log = slurp_file($node->logfile, $offset // 0);
+	my @lines = grep {
+		/terminated by signal|server process .* was terminated|server process .* exited with exit code [^0]|PANIC:|TRAP:|Failed process was running/
+	} split /\n/, $log;
+	return map { length($_) > 2000 ? substr($_, 0, 2000) . '...' : $_ } @lines;
 }
 
 1;

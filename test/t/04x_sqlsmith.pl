@@ -134,7 +134,7 @@ diag $line;
 ok($stmts > 100, "sqlsmith ran $stmts statements");
 ok($fs_calls > 0, "$fs_calls of them called fairshare's functions");
 is(scalar(@crashes), 0, 'the server never crashed')
-  or diag "crash lines in the server log:\n  " . join("\n  ", @crashes);
+  or diag "crash lines in the server log:\n  " . join("\n  ", fuzz_crash_report($node, $log_start));
 is($node->safe_psql('postgres', 'SELECT count(*) >= 0 FROM fs_tenants'), 't', 'the server still answers');
 
 $node->stop('fast');

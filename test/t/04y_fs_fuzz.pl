@@ -585,7 +585,7 @@ note $line;
 
 ok($stmts > 100, "fuzzed $stmts statements (seed $seed)");
 is(scalar(@crashes), 0, 'the server never crashed')
-  or diag "crash lines in the server log:\n  " . join("\n  ", @crashes)
+  or diag "crash lines in the server log:\n  " . join("\n  ", fuzz_crash_report($node, $log_start))
   . "\nbatches that crashed it: @crash_files";
 is(scalar(keys %internal), 0, 'no internal error (XX000)')
   or diag join("\n", map { "XX000: $_ (" . ($internal{$_}{location} // '?') . ")\n  from: "
