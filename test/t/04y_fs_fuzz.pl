@@ -244,8 +244,6 @@ my @dml = (
 	q{DELETE FROM fs_limits WHERE random() < 0.3},
 	q{UPDATE fs_schedules SET payload = '[1]' WHERE name = 'fz_nightly'},
 	q{DELETE FROM fs_schedule_runs WHERE random() < 0.5},
-	q{UPDATE fs_fair_queues SET key_type = 'text' WHERE queue = 'fz_uuid'},
-	q{UPDATE fs_fair_queues SET tenant = 'id' WHERE queue = 'fz_plain'},
 	q{INSERT INTO fs_limits (queue, tenant, max_slots) VALUES ('fz_plain', 'ins', -1)},
 	q{SELECT fs_set_limit('t' || i, 'fz_plain', max_slots => i % 4) FROM generate_series(1, 50) i},
 	q{SELECT fs_acquire_slot('t' || i, 'fz_plain', '1 second') FROM generate_series(1, 20) i},
@@ -267,6 +265,14 @@ my @dml = (
 	q{SET fairshare.decision_log_size = 0}, q{RESET ALL},
 	q{SELECT pg_sleep(0.01)},
 );
+
+# A superuser writing fs_fair_queues directly, behind fs_register_queue()'s
+# back: only with FS_FUZZ_TAMPER=1 (the registration table is fairshare's own).
+push @dml, q{UPDATE fs_fair_queues SET key_type = 'text' WHERE queue = 'fz_uuid'},
+	q{UPDATE fs_fair_queues SET key_type = 'uuid' WHERE queue = 'fz_plain'},
+	q{UPDATE fs_fair_queues SET tenant = 'id' WHERE queue = 'fz_plain'},
+	q{UPDATE fs_fair_queues SET ready_table = 'fz_text' WHERE queue = 'fz_plain'}
+  if $ENV{FS_FUZZ_TAMPER};
 
 my @ddl = (
 	q{ALTER TABLE fz_jobs RENAME TO fz_jobs_renamed}, q{ALTER TABLE fz_jobs_renamed RENAME TO fz_jobs},
