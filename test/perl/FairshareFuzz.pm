@@ -29,12 +29,14 @@ sub fuzz_repair_sql
 	return q{
 CREATE TABLE IF NOT EXISTS fz_jobs (
     id bigserial PRIMARY KEY, tenant text NOT NULL, priority int NOT NULL DEFAULT 0,
-    cost float8 DEFAULT 1, created_at timestamptz NOT NULL DEFAULT now(), payload jsonb DEFAULT '{}');
+    cost float8 DEFAULT 1, created_at timestamptz NOT NULL DEFAULT now(), payload jsonb DEFAULT '{}',
+    ext_id text NOT NULL UNIQUE DEFAULT md5(random()::text));
 CREATE TABLE IF NOT EXISTS fz_running (job_id bigint PRIMARY KEY, tenant text, started_at timestamptz DEFAULT now());
 CREATE TABLE IF NOT EXISTS fz_uuid (
     id uuid PRIMARY KEY DEFAULT gen_random_uuid(), tenant_id int, prio int NOT NULL DEFAULT 0,
-    scheduled_at timestamptz NOT NULL DEFAULT now());
+    scheduled_at timestamptz NOT NULL DEFAULT now(), seq bigserial UNIQUE);
 CREATE TABLE IF NOT EXISTS fz_text (id text PRIMARY KEY, t text, prio int DEFAULT 0);
+CREATE TABLE IF NOT EXISTS fz_text_running (job_id text PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS solid_queue_ready_executions (
     id bigserial PRIMARY KEY, job_id bigint NOT NULL, queue_name character varying NOT NULL,
     priority integer NOT NULL DEFAULT 0, created_at timestamp(6) without time zone NOT NULL DEFAULT now());
@@ -61,7 +63,8 @@ INSERT INTO solid_queue_ready_executions (job_id, queue_name, priority)
 };
 }
 
-# Everything the fuzzers start from.
+# Everything the fuzzers start from: registered queues with keys of type
+# bigint, uuid and text, a whole-row tenant, Solid Queue's pair of tables.
 sub fuzz_setup_sql
 {
 	return fuzz_repair_sql() . q{
@@ -73,7 +76,10 @@ SELECT fs_register_queue('fz_plain', 'fz_jobs', tenant => 'tenant', order_by => 
        enqueued_at => 'created_at', charge_runtime => true);
 SELECT fs_register_queue('fz_uuid', 'fz_uuid', tenant => 'tenant_id', order_by => 'prio',
        filter => 'scheduled_at <= now() AND prio >= 0');
-SELECT fs_register_queue('fz_text', 'fz_text', tenant => '(fz_text).t', order_by => 'prio, id');
+-- a whole-row reference (fz_text IS NOT NULL): no column of the table is
+-- the triggers' alone
+SELECT fs_register_queue('fz_text', 'fz_text', tenant => 'CASE WHEN fz_text IS NOT NULL THEN t END',
+       order_by => 'prio, id', running_table => 'fz_text_running', running_key => 'job_id');
 SELECT fs_register_queue('solid_queue', 'solid_queue_ready_executions',
        tenant => 'queue_name', order_by => 'priority, job_id', key => 'job_id',
        running_table => 'solid_queue_claimed_executions', enqueued_at => 'created_at');

@@ -85,7 +85,7 @@ sub chance { return rand() < $_[0] }
 sub lit { my $s = shift; $s =~ s/'/''/g; return "'$s'" }
 
 my @queues = ('fz_plain', 'fz_uuid', 'fz_text', 'solid_queue', 'default', '*', 'nosuchqueue');
-my @tables = ('fz_jobs', 'fz_uuid', 'fz_text', 'solid_queue_ready_executions',
+my @tables = ('fz_jobs', 'fz_uuid', 'fz_text', 'fz_text_running', 'solid_queue_ready_executions',
 	'solid_queue_claimed_executions', 'fz_running', 'fz_jobs_renamed', 'fz_log');
 
 my @text_values = (
@@ -144,7 +144,9 @@ my @expr_values = (
 	"'(SELECT 1)'", "'count(*)'", "'row_number() OVER ()'", "'generate_series(1, 2)'",
 	"'id; DROP TABLE fz_log'", "'id) --'", "'tenant COLLATE \"C\"'", "'priority DESC NULLS FIRST, id'",
 	"'NULL'", "'NULL::text'", "'''const'''", "'id::uuid'", "'gen_random_uuid()'", "'length(tenant)'",
-	"'tenant_id::text || prio'", "'ROW(1,2)'", "'ARRAY[1]'", "'id > 0 AND tenant IS NOT NULL'",
+	"'tenant_id::text || prio'", "'CASE WHEN fz_text IS NOT NULL THEN t END'",
+	"'CASE WHEN fz_jobs IS NULL THEN NULL ELSE tenant END'", "'coalesce(tenant_id::text, (fz_uuid IS NULL)::text)'",
+	"'ext_id'", "'seq'", "'CASE WHEN fz_running IS NOT NULL THEN job_id END'", "'ROW(1,2)'", "'ARRAY[1]'", "'id > 0 AND tenant IS NOT NULL'",
 	"'true'", "'false'", "'created_at::timestamptz'", "'now() - interval ''1 hour'''", "'nosuchcolumn'",
 	"''", "'  '", @text_values[0 .. 2]);
 my @command_values = ("'SELECT 1'", "'SELECT 1/0'", "'SELECT pg_sleep(100)'", "''", "'BEGIN'",
@@ -234,6 +236,8 @@ my @dml = (
 	q{INSERT INTO fz_text SELECT md5(random()::text), 'x' || (random() * 4)::int, 0 FROM generate_series(1, 5)},
 	q{INSERT INTO fz_text VALUES (repeat('k', 3000), NULL, NULL)},
 	q{DELETE FROM fz_text WHERE id IN (SELECT (j.job).id FROM fs_claim('fz_text', NULL::fz_text, 2) j)},
+	q{WITH c AS (SELECT (j.job).id FROM fs_claim('fz_text', NULL::fz_text, 2) j), d AS (DELETE FROM fz_text USING c WHERE fz_text.id = c.id) INSERT INTO fz_text_running SELECT id FROM c},
+	q{DELETE FROM fz_text_running WHERE job_id IN (SELECT job_id FROM fz_text_running LIMIT 2)},
 	q{UPDATE fz_text SET t = NULL WHERE id IN (SELECT id FROM fz_text LIMIT 2)},
 	q{INSERT INTO solid_queue_ready_executions (job_id, queue_name, priority) SELECT 1000000 + (random() * 1e9)::bigint, 'tenant_' || (random() * 6)::int, 0 FROM generate_series(1, 5) ON CONFLICT DO NOTHING},
 	q{WITH c AS (SELECT (j.job).job_id FROM fs_claim('solid_queue', NULL::solid_queue_ready_executions, 2) j), d AS (DELETE FROM solid_queue_ready_executions r USING c WHERE r.job_id = c.job_id) INSERT INTO solid_queue_claimed_executions (job_id) SELECT job_id FROM c ON CONFLICT DO NOTHING},
@@ -288,7 +292,12 @@ my @ddl = (
 	q{ALTER TABLE fz_jobs DROP COLUMN payload}, q{ALTER TABLE fz_jobs ADD COLUMN payload jsonb},
 	q{ALTER TABLE fz_jobs DROP COLUMN cost CASCADE},
 	q{ALTER TABLE fz_text ALTER COLUMN id TYPE bigint USING id::bigint},
-	q{ALTER TABLE fz_text ALTER COLUMN id TYPE text}, q{ALTER TABLE fz_text ALTER COLUMN t TYPE int USING length(t)},
+	q{ALTER TABLE fz_text ALTER COLUMN id TYPE text}, q{ALTER TABLE fz_text ALTER COLUMN id TYPE int USING id::int},
+	q{ALTER TABLE fz_text_running ALTER COLUMN job_id TYPE bigint USING job_id::bigint},
+	q{ALTER TABLE fz_text_running ALTER COLUMN job_id TYPE text}, q{ALTER TABLE fz_jobs ALTER COLUMN ext_id TYPE varchar(40)},
+	q{ALTER TABLE fz_jobs ALTER COLUMN ext_id TYPE text}, q{ALTER TABLE fz_uuid ALTER COLUMN seq TYPE int},
+	q{ALTER TABLE fz_uuid ALTER COLUMN seq TYPE text}, q{ALTER TABLE fz_uuid ALTER COLUMN seq TYPE bigint USING seq::bigint},
+	q{ALTER TABLE fz_text ALTER COLUMN t TYPE int USING length(t)},
 	q{ALTER TABLE fz_text ALTER COLUMN t TYPE text}, q{ALTER TABLE fz_text ADD COLUMN z int}, q{ALTER TABLE fz_text DROP COLUMN z},
 	q{ALTER TABLE fz_uuid ALTER COLUMN id TYPE text}, q{ALTER TABLE fz_uuid ALTER COLUMN id TYPE uuid USING id::uuid},
 	q{ALTER TABLE fz_uuid ALTER COLUMN tenant_id TYPE bigint}, q{ALTER TABLE fz_uuid ALTER COLUMN tenant_id TYPE text},
@@ -301,7 +310,7 @@ my @ddl = (
 	q{ALTER TABLE fz_running RENAME COLUMN job_id TO jid}, q{ALTER TABLE fz_running RENAME COLUMN jid TO job_id},
 	q{ALTER TABLE fz_running ALTER COLUMN job_id TYPE int},
 	q{DROP TABLE fz_jobs CASCADE}, q{DROP TABLE fz_text CASCADE}, q{DROP TABLE fz_uuid CASCADE},
-	q{DROP TABLE fz_running CASCADE}, q{DROP TABLE solid_queue_ready_executions CASCADE},
+	q{DROP TABLE fz_running CASCADE}, q{DROP TABLE fz_text_running CASCADE}, q{DROP TABLE solid_queue_ready_executions CASCADE},
 	q{DROP TABLE solid_queue_claimed_executions CASCADE},
 	q{TRUNCATE fz_jobs}, q{TRUNCATE fz_running}, q{TRUNCATE fz_jobs, fz_running}, q{TRUNCATE fz_text},
 	q{TRUNCATE solid_queue_ready_executions, solid_queue_claimed_executions}, q{TRUNCATE fz_uuid},
@@ -326,6 +335,12 @@ my @ddl = (
 	q{SELECT fs_register_queue('fz_uuid', 'fz_uuid', tenant => 'tenant_id', order_by => 'prio', key => 'id::text')},
 	q{SELECT fs_register_queue('fz_uuid', 'fz_jobs', tenant => 'tenant', order_by => 'id', create_index => false)},
 	q{SELECT fs_register_queue('fz_text', 'fz_text', tenant => '(fz_text).t', order_by => 'prio, id')},
+	q{SELECT fs_register_queue('fz_text', 'fz_text', tenant => 'CASE WHEN fz_text IS NOT NULL THEN t END', order_by => 'prio, id', running_table => 'fz_text_running', running_key => 'job_id')},
+	q{SELECT fs_register_queue('fz_text', 'fz_text', tenant => 't', order_by => 'prio', running_table => 'fz_text_running', running_key => 'CASE WHEN fz_text_running IS NOT NULL THEN job_id END')},
+	q{SELECT fs_register_queue('fz_plain', 'fz_jobs', tenant => 'tenant', order_by => 'priority, id', key => 'ext_id')},
+	q{SELECT fs_register_queue('fz_plain', 'fz_jobs', tenant => 'CASE WHEN fz_jobs IS NOT NULL THEN tenant END', order_by => 'priority, id', running_table => 'fz_running', running_key => 'job_id')},
+	q{SELECT fs_register_queue('fz_uuid', 'fz_uuid', tenant => 'tenant_id', order_by => 'prio', key => 'seq')},
+	q{SELECT fs_register_queue('fz_uuid', 'fz_uuid', tenant => 'coalesce(tenant_id::text, (fz_uuid IS NULL)::text)', order_by => 'prio')},
 	q{SELECT fs_register_queue('fz_text', 'fz_text', tenant => 'md5((fz_text)::text)', order_by => 'id')},
 	q{SELECT fs_register_queue('fz_text', 'fz_text', tenant => 't', order_by => 'prio', key => 'prio')},
 	q{SELECT fs_register_queue('solid_queue', 'solid_queue_ready_executions', tenant => 'queue_name', order_by => 'priority, job_id', key => 'job_id', running_table => 'solid_queue_claimed_executions', enqueued_at => 'created_at')},
@@ -348,11 +363,13 @@ my @claims = (
 	q{WITH c AS (SELECT (j.job).id, j.tenant FROM fs_claim('fz_plain', NULL::fz_jobs, 3) j), d AS (DELETE FROM fz_jobs USING c WHERE fz_jobs.id = c.id) INSERT INTO fz_running (job_id, tenant) SELECT id, tenant FROM c},
 	q{SELECT count(*) FROM fs_claim('fz_uuid', NULL::fz_uuid, 2)},
 	q{SELECT count(*) FROM fs_claim('fz_text', NULL::fz_text, 2)},
+	q{WITH c AS (SELECT (j.job).id FROM fs_claim('fz_text', NULL::fz_text, 2) j), d AS (DELETE FROM fz_text USING c WHERE fz_text.id = c.id) INSERT INTO fz_text_running SELECT id FROM c},
 	q{WITH c AS (SELECT (j.job).job_id FROM fs_claim('solid_queue', NULL::solid_queue_ready_executions, 2) j), d AS (DELETE FROM solid_queue_ready_executions r USING c WHERE r.job_id = c.job_id) INSERT INTO solid_queue_claimed_executions (job_id) SELECT job_id FROM c ON CONFLICT DO NOTHING},
 	q{SELECT * FROM fs_ready_tenants('fz_plain')},
 );
 my @releases = (
-	q{DELETE FROM fz_running}, q{DELETE FROM solid_queue_claimed_executions},
+	q{DELETE FROM fz_running}, q{DELETE FROM solid_queue_claimed_executions}, q{DELETE FROM fz_text_running},
+	q{DELETE FROM fz_text WHERE id < '2'}, q{INSERT INTO fz_text VALUES ('zz' || random(), 'x1', 0)},
 	q{DELETE FROM fz_jobs WHERE id IN (SELECT id FROM fz_jobs LIMIT 3)},
 	q{DELETE FROM fz_text WHERE id IN (SELECT id FROM fz_text LIMIT 3)},
 	q{INSERT INTO fz_text SELECT md5(random()::text), 'y', 1 FROM generate_series(1, 3)},
