@@ -72,7 +72,9 @@ my $deadline = time() + $seconds;
 my $s = $seed;
 
 # Runs until the deadline: SQLsmith stops itself after --max-queries, and
-# timeout(1) kills it at the deadline, so nothing outlives the test.
+# timeout(1) kills it at the deadline, so nothing outlives the test; with
+# --foreground it stays in the test's process group, so whatever stops the
+# test stops it too.
 while ((my $left = int($deadline - time())) > 2)
 {
 	$runs++;
@@ -83,7 +85,7 @@ while ((my $left = int($deadline - time())) > 2)
 	  . ($narrow ? " options='-c search_path=fz_catalog,pg_catalog,public'" : '');
 	my $out = "$dir/run_$runs.sql";
 	my $err = '';
-	IPC::Run::run([ 'timeout', '-k', '5', $left, $sqlsmith, "--target=$target", "--seed=$s",
+	IPC::Run::run([ 'timeout', '--foreground', '-k', '5', $left, $sqlsmith, "--target=$target", "--seed=$s",
 		'--max-queries=4000', '--dump-all-queries' ], '<', \undef, '>', $out, '2>', \$err);
 	my $status = $? >> 8;
 
