@@ -474,9 +474,9 @@ my @crash_files;
 
 sub write_script
 {
-	my ($path, @lines) = @_;
+	my ($path, $head, @lines) = @_;
 	open my $fh, '>', $path or die "$path: $!";
-	print $fh header(), map { "$_;\n" } @lines;
+	print $fh $head, map { "$_;\n" } @lines;
 	close $fh;
 }
 
@@ -538,12 +538,19 @@ my $batchno = 0;
 my $ddl_no = 0;
 my ($ddl_h, $ddl_path, @ddl_lines, $ddl_err);
 
+# The DDL scripts are drawn first, from their own seed, so that the main
+# stream of statements depends on the seed alone, not on when each DDL
+# script ends.
+srand($seed + 1);
+my @ddl_scripts = map { [ ddl_batch(20) ] } 1 .. 300;
+srand($seed);
+
 sub ddl_start
 {
 	$ddl_no++;
 	$ddl_path = "$dir/ddl_$ddl_no.sql";
-	@ddl_lines = ddl_batch(20);
-	write_script($ddl_path, @ddl_lines);
+	@ddl_lines = @{ $ddl_scripts[ ($ddl_no - 1) % @ddl_scripts ] };
+	write_script($ddl_path, "\\set VERBOSITY verbose\n\\set ON_ERROR_STOP 0\n\\set ON_ERROR_ROLLBACK off\n", @ddl_lines);
 	$ddl_err = '';
 	$ddl_h = IPC::Run::start([ @psql, '-f', $ddl_path ], '<', \undef, '>', \my $o, '2>', \$ddl_err,
 		IPC::Run::timeout(120));
@@ -565,7 +572,7 @@ while (time() < $deadline)
 	$batchno++;
 	my $path = "$dir/batch_$batchno.sql";
 	my @lines = fuzz_batch(100);
-	write_script($path, @lines);
+	write_script($path, header(), @lines);
 	my $err = '';
 	my $offset = fuzz_log_offset($node);
 	IPC::Run::run([ @psql, '-f', $path ], '<', \undef, '>', \my $o, '2>', \$err, IPC::Run::timeout(300));
@@ -576,7 +583,7 @@ while (time() < $deadline)
 	my (undef, $gids) = $node->psql('postgres', 'SELECT gid FROM pg_prepared_xacts');
 	for my $gid (split /\n/, $gids // '')
 	{
-		$node->psql('postgres', (chance(0.5) ? 'COMMIT' : 'ROLLBACK') . " PREPARED '$gid'");
+		$node->psql('postgres', ($batchno % 2 ? 'COMMIT' : 'ROLLBACK') . " PREPARED '$gid'");
 	}
 	my @crashed = fuzz_crashes($node, $offset);
 	if (@crashed)
