@@ -377,6 +377,8 @@ my @releases = (
 	q{TRUNCATE fz_running}, q{SELECT fs_release_slot(lease_id) FROM fs_leases},
 );
 my @reregister = grep { /fs_register_queue|fs_unregister_queue|ALTER COLUMN|DROP TABLE|RENAME|DROP COLUMN|ADD COLUMN/ } @ddl;
+# re-registrations that change the type of a queue's key
+my @key_switch = grep { /fs_register_queue\('(fz_plain|fz_uuid)'/ } @ddl;
 
 sub scenario
 {
@@ -384,7 +386,7 @@ sub scenario
 	for (1 .. 1 + int(rand(3)))
 	{
 		push @s, pick(@claims) if chance(0.8);
-		push @s, pick(@reregister);
+		push @s, chance(0.5) ? pick(@key_switch) : pick(@reregister);
 		push @s, 'SAVEPOINT s' if chance(0.2);
 		push @s, pick(@claims) if chance(0.6);
 		push @s, pick(@releases) if chance(0.6);
