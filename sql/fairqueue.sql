@@ -916,3 +916,15 @@ BEGIN
     END LOOP;
 END $$;
 SELECT count(*) AS registrations FROM fs_fair_queues WHERE queue LIKE 'mq\_%';
+
+-- A regclass of a table that no longer exists, or 0, is refused by name.
+CREATE TABLE gone_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+SELECT 'gone_jobs'::regclass::oid AS gone_oid \gset
+DROP TABLE gone_jobs;
+\set VERBOSITY terse
+SELECT fs_register_queue('gone_q', :gone_oid, 'tenant', 'id');
+SELECT fs_register_queue('gone_q', 0, 'tenant', 'id');
+CREATE TABLE here_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+SELECT fs_register_queue('gone_q', 'here_jobs', 'tenant', 'id', running_table => :gone_oid);
+\set VERBOSITY default
+DROP TABLE here_jobs;

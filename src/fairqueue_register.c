@@ -615,7 +615,16 @@ fs_check_may_replace(HeapTuple old, TupleDesc old_desc, const char *queue_name,
 static Relation
 fs_open_table(Oid relid, const char *what, const char *queue_name)
 {
-	Relation	rel = relation_open(relid, AccessShareLock);
+	Relation	rel = try_relation_open(relid, AccessShareLock);
+
+	/* A regclass of a dropped table (or 0) is only a number. */
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("%s of queue \"%s\" does not exist", what, queue_name),
+				 errdetail("No relation has OID %u (a table dropped since its regclass was taken?).",
+						   relid),
+				 errhint("Name an existing table, for example %s => 'app.jobs'.", what)));
 
 	if (rel->rd_rel->relkind != RELKIND_RELATION &&
 		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)

@@ -1,5 +1,5 @@
-# FairshareFuzz: what the fuzz tests (test/t/04x_sqlsmith.pl,
-# test/t/04y_fs_fuzz.pl) share: a database with fairshare in every state
+# FairshareFuzz: what the fuzz tests (test/t/040_sqlsmith.pl,
+# test/t/041_fs_fuzz.pl) share: a database with fairshare in every state
 # worth fuzzing (registered queues of every key type, limits, leases,
 # schedules with and without a command), and the checks that the server
 # never crashed.
