@@ -26,6 +26,14 @@ PG_CONFIG  ?= pg_config
 # The server headers are system headers for us: full -Wextra applies to our
 # code without tripping over unused parameters in PostgreSQL's inline functions.
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/src
+
+# make FS_DEBUG=1: the debug build.  Internal invariants (FS_INVARIANT in
+# src/fairshare.h) are checked and raise an ERROR when one does not hold;
+# test/run's debug suite runs the fault and fuzz tests against it.  Build it
+# in a clean tree (make clean first): objects do not record their flags.
+ifeq ($(FS_DEBUG),1)
+PG_CPPFLAGS += -DFS_DEBUG
+endif
 PG_CFLAGS   = -Wall -Wextra -Werror -Wshadow=compatible-local -Wformat=2 -Wno-format-nonliteral
 
 EXTRA_CLEAN = results regression.diffs regression.out tmp_check tmp_install log \

@@ -409,6 +409,7 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 	if (d.tokens_consumed > 0)
 		fs_budget_refund_add(refund, queue, tenant, d.tokens_consumed);
 	fs_decision_log(&d);
+	FS_DEBUG_CHECK_TENANT(queue, tenant);
 	PG_RETURN_INT32(d.granted);
 }
 
@@ -484,6 +485,7 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 	fs_tenant_close(&ref);
 
 	fs_decision_log(&d);
+	FS_DEBUG_CHECK_TENANT(queue, tenant);
 	if (isnan(d.balance_after))
 		PG_RETURN_NULL();
 	/* Refund only what was taken: the debt bound may have kept some. */

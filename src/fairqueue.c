@@ -222,6 +222,48 @@ heap_less(const FsHeapItem *a, const FsHeapItem *b)
 	return strcmp(a->tenant->key.tenant, b->tenant->key.tenant) < 0;
 }
 
+#ifdef FS_DEBUG
+/*
+ * The debug build's check of a queue's fair order: a heap (no child before
+ * its parent), every listed tenant marked as listed (the mark is its pin),
+ * and a finite virtual time.  Takes the queue's lock shared; reports after
+ * letting go of it.
+ */
+static void
+fs_fair_debug_check(FsFairQueue *fq)
+{
+	bool		ordered = true;
+	bool		pinned = true;
+	bool		finite;
+	int32		i;
+
+	if (fq == NULL)
+		return;
+	LWLockAcquire(fq->lock, LW_SHARED);
+	finite = !isnan(fq->vtime) && !isinf(fq->vtime);
+	for (i = 0; i < fq->nitems; i++)
+	{
+		FsHeapItem *item = heap_at(fq, i);
+		uint8		flags;
+
+		if (i > 0 && heap_less(item, heap_at(fq, (i - 1) / 2)))
+			ordered = false;
+		SpinLockAcquire(&item->tenant->mutex);
+		flags = item->tenant->flags;
+		SpinLockRelease(&item->tenant->mutex);
+		if (!(flags & FS_TENANT_QUEUED))
+			pinned = false;
+	}
+	LWLockRelease(fq->lock);
+	FS_INVARIANT(ordered);
+	FS_INVARIANT(pinned);
+	FS_INVARIANT(finite);
+}
+#define FS_FAIR_DEBUG_CHECK(fq) fs_fair_debug_check(fq)
+#else
+#define FS_FAIR_DEBUG_CHECK(fq) ((void) 0)
+#endif
+
 static inline void
 heap_swap(FsFairQueue *fq, int32 i, int32 j)
 {
@@ -1568,6 +1610,7 @@ fs_claim(PG_FUNCTION_ARGS)
 		LWLockAcquire(desc->fq->lock, LW_EXCLUSIVE);
 		desc->fq->counters.claims++;
 		LWLockRelease(desc->fq->lock);
+		FS_FAIR_DEBUG_CHECK(desc->fq);
 	}
 	if (claimed < max_rows && (desc->fq == NULL || desc->fq->untracked_rows > 0))
 	{

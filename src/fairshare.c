@@ -228,3 +228,16 @@ fs_float_text(float8 value)
 {
 	return DatumGetCString(DirectFunctionCall1(float8out, Float8GetDatum(value)));
 }
+
+#ifdef FS_DEBUG
+/* The debug build's report of a broken invariant (FS_INVARIANT). */
+void
+fs_invariant_failed(const char *what, const char *file, int line)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg("fairshare invariant violated: %s", what),
+			 errdetail("Checked at %s:%d.", file, line),
+			 errhint("This is a bug in fairshare, caught by its debug build (make FS_DEBUG=1).")));
+}
+#endif

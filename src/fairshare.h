@@ -76,4 +76,21 @@ extern void fs_name_arg(FunctionCallInfo fcinfo, int argno, const char *what, ch
 extern int64 fs_interval_usecs(FunctionCallInfo fcinfo, int argno, const char *what);
 extern char *fs_float_text(float8 value);
 
+/*
+ * Internal invariants, checked in the debug build (make FS_DEBUG=1) and
+ * compiled out otherwise.  A violation is an ERROR (SQLSTATE XX000), so the
+ * fault and fuzz suites see it; never use it while holding a spinlock.
+ */
+#ifdef FS_DEBUG
+extern void fs_invariant_failed(const char *what, const char *file, int line)
+			pg_attribute_noreturn();
+#define FS_INVARIANT(cond) \
+	do { \
+		if (unlikely(!(cond))) \
+			fs_invariant_failed(#cond, __FILE__, __LINE__); \
+	} while (0)
+#else
+#define FS_INVARIANT(cond) ((void) 0)
+#endif
+
 #endif							/* FAIRSHARE_H */

@@ -82,6 +82,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -818,3 +820,43 @@ fs_tenant_count(void)
 		LWLockRelease(&fs_shared->tenant_locks[i].lock);
 	return n;
 }
+
+#ifdef FS_DEBUG
+/*
+ * The debug build's check of one tenant entry and its queue, after a
+ * decision (never under a lock of the caller's): counts never below zero,
+ * a balance within its bounds, limits as the cache keeps them.  Reads
+ * without SPI (stale limits are fine).
+ */
+void
+fs_debug_check_tenant(FsQueue *queue, const char *tenant)
+{
+	FsTenantRef ref;
+	FsTenant   *entry;
+	FsTenant	copy;
+
+	if (queue == NULL)
+		return;
+	FS_INVARIANT(pg_atomic_read_u32(&queue->slots_in_use) <= (uint32) PG_INT32_MAX);
+	entry = fs_tenant_open(queue, tenant, FS_OPEN_NO_LIMITS, &ref);
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	memcpy(&copy, entry, sizeof(copy));
+	SpinLockRelease(&entry->mutex);
+	fs_tenant_close(&ref);
+
+	FS_INVARIANT(copy.slots_in_use >= 0);
+	FS_INVARIANT(copy.min_slots >= 0 && copy.min_slots <= copy.max_slots);
+	FS_INVARIANT(copy.weight > 0 && !isinf(copy.weight));
+	FS_INVARIANT(copy.throttle >= 0 && copy.throttle <= 1);
+	FS_INVARIANT(!isnan(copy.virtual_finish) && !isinf(copy.virtual_finish));
+	FS_INVARIANT(copy.served_ms >= 0 && !isinf(copy.served_ms));
+	if (copy.budget_ms_per_minute >= 0)
+	{
+		FS_INVARIANT(!isnan(copy.token_balance) && !isinf(copy.token_balance));
+		FS_INVARIANT(copy.token_balance >=
+					 -FS_BUDGET_MAX_DEBT_MINUTES * copy.budget_ms_per_minute - 1e-6);
+	}
+}
+#endif

@@ -196,6 +196,14 @@ extern void fs_count_global(size_t offset);
 extern Size fs_tenant_entry_bytes(void);
 extern FsQueue *fs_queue_of(const FsTenant *entry);
 
+/* The debug build's checks after a decision (no-ops otherwise). */
+#ifdef FS_DEBUG
+extern void fs_debug_check_tenant(FsQueue *queue, const char *tenant);
+#define FS_DEBUG_CHECK_TENANT(queue, tenant) fs_debug_check_tenant(queue, tenant)
+#else
+#define FS_DEBUG_CHECK_TENANT(queue, tenant) ((void) 0)
+#endif
+
 /*
  * Take `n` slots off a queue's count, never below zero: a count that went
  * below zero would wrap to four billion busy threads and hold the queue in

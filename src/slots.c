@@ -1073,14 +1073,16 @@ fs_acquire_slot(PG_FUNCTION_ARGS)
 	char		queue_name[FS_NAME_BUFLEN];
 	int64		lease_usecs;
 	FsSlotDecision decision;
+	FsQueue    *queue;
 
 	fs_check_loaded();
 	fs_name_arg(fcinfo, 0, "tenant", tenant);
 	fs_name_arg(fcinfo, 1, "queue", queue_name);
 	lease_usecs = fs_interval_usecs(fcinfo, 2, "lease");
 
-	fs_slot_acquire(fs_queue_lookup(queue_name, true), tenant, lease_usecs,
-					fs_now(), &decision);
+	queue = fs_queue_lookup(queue_name, true);
+	fs_slot_acquire(queue, tenant, lease_usecs, fs_now(), &decision);
+	FS_DEBUG_CHECK_TENANT(queue, tenant);
 	if (decision.lease_id == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(decision.lease_id);
