@@ -251,6 +251,9 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	{
 		ctx.count = 0;
 		at = fs_statefile_section_begin(&buf, FS_SECTION_TENANTS, sizeof(FsTenant));
+		/* Room for every entry now: the visitor runs under the table's locks. */
+		enlargeStringInfo(&buf, (int) Min((Size) fs_max_tenants * sizeof(FsTenant),
+										  MaxAllocSize - (Size) buf.len - 1));
 		fs_tenant_foreach(fs_save_tenant, &ctx);
 		fs_statefile_section_end(&buf, at, ctx.count);
 
@@ -265,6 +268,9 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	/* Tenants a lease names were created before the lease: queues suffice. */
 	ctx.count = 0;
 	at = fs_statefile_section_begin(&buf, FS_SECTION_LEASES, sizeof(FsLeaseRecord));
+	/* As for tenants: no allocation while the lease locks are held. */
+	enlargeStringInfo(&buf, (int) Min((Size) fs_max_leases * sizeof(FsLeaseRecord),
+									  MaxAllocSize - (Size) buf.len - 1));
 	fs_lease_foreach(fs_save_lease, &ctx);
 	fs_statefile_section_end(&buf, at, ctx.count);
 
