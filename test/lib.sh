@@ -19,7 +19,7 @@ PG_MAJOR="${PG_MAJOR:-15}"
 # fs_install_deps before anything is built.
 FS_DEPS_BUILD="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR"
 FS_DEPS_TEST="postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
- ruby ruby-pg procps clang-14 libclang-rt-14-dev sqlsmith"
+ ruby ruby-pg procps clang-14 libclang-rt-14-dev sqlsmith binutils"
 FS_DEPS_DEMO="ruby ruby-pg gnuplot-nox procps"
 FS_DEPS_BENCH="redis-server redis-tools ruby ruby-pg procps nodejs npm"
 
