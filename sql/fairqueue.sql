@@ -928,3 +928,16 @@ CREATE TABLE here_jobs (id int PRIMARY KEY, tenant text NOT NULL);
 SELECT fs_register_queue('gone_q', 'here_jobs', 'tenant', 'id', running_table => :gone_oid);
 \set VERBOSITY default
 DROP TABLE here_jobs;
+
+-- Any role's DROP passes through the event trigger, also one that may not
+-- use the extension's schema.
+CREATE ROLE dq_nobody;
+CREATE SCHEMA dq_own AUTHORIZATION dq_nobody;
+REVOKE USAGE ON SCHEMA public FROM PUBLIC;
+SET ROLE dq_nobody;
+CREATE TABLE dq_own.t (x int);
+DROP TABLE dq_own.t;
+RESET ROLE;
+GRANT USAGE ON SCHEMA public TO PUBLIC;
+DROP SCHEMA dq_own;
+DROP ROLE dq_nobody;

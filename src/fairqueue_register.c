@@ -1547,7 +1547,9 @@ fs_unregister_row(HeapTuple old, TupleDesc old_desc, const char *queue)
 	fs_sync_triggers(ready_relid);
 	if (OidIsValid(running_relid) && running_relid != ready_relid)
 		fs_sync_triggers(running_relid);
-	fs_track_registration_changed(queue, true);
+	/* Not preloaded: no state in shared memory to forget. */
+	if (fs_fair != NULL)
+		fs_track_registration_changed(queue, true);
 }
 
 /*
@@ -1571,8 +1573,18 @@ fs_fair_tables_dropped(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("fs_fair_tables_dropped() must be fired as an event trigger")));
+	/* The extension itself being dropped: its registrations go with it. */
+	if (!OidIsValid(get_extension_oid("fairshare", true)))
+		PG_RETURN_VOID();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+
+	/*
+	 * Every DROP in the database comes here, by any role: whether it may
+	 * read the extension's schema or not, the registrations are read and
+	 * removed as the extension's owner.
+	 */
+	fs_run_as_begin(&run_as, fs_extension_owner(), FS_RUN_AS_UNRESTRICTED);
 	fs_spi(psprintf("SELECT q.queue, d.object_identity"
 					"  FROM %s.fs_fair_queues q"
 					"  JOIN pg_catalog.pg_event_trigger_dropped_objects() d"
@@ -1594,7 +1606,6 @@ fs_fair_tables_dropped(PG_FUNCTION_ARGS)
 		MemoryContextSwitchTo(old);
 	}
 
-	fs_run_as_begin(&run_as, fs_extension_owner(), FS_RUN_AS_UNRESTRICTED);
 	foreach(lc, queues)
 	{
 		const char *queue = linitial(lfirst(lc));
