@@ -208,7 +208,7 @@ sub inject
 	else
 	{
 		my $set = $kind eq 'statement_timeout'
-		  ? "SET statement_timeout = '500ms'" : "SET lock_timeout = '300ms'";
+		  ? "SET statement_timeout = '300ms'" : "SET lock_timeout = '300ms'";
 		my $msg = $kind eq 'statement_timeout' ? 'statement timeout' : 'lock timeout';
 		my ($begin, $end) = $o{txn} ? ('BEGIN;', 'ROLLBACK;') : ('', '');
 		my ($ret, $out, $err) = $node->psql('postgres',
@@ -279,6 +279,19 @@ for my $kind (qw(statement_timeout lock_timeout))
 		"SELECT count(*) FROM fs_claim('fb', NULL::fb, 3); SELECT count(*) FROM fs_claim('fa', NULL::fa, 5)",
 		lock => 'LOCK fa IN ACCESS EXCLUSIVE MODE', txn => 1, live => 1);
 }
+# The same claim stopped later: its tenants planned, their rows reserved and
+# their leases taken, while its query locks the rows (a sequential scan that
+# evaluates the tenant expression, asleep on row 1).
+my $seq = "SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off";
+my $late = "SELECT count(*) FROM fs_claim('fb', NULL::fb, 3); SET LOCAL fx.sleep = '300'; "
+  . "SELECT count(*) FROM fs_claim('fa', NULL::fa, 5)";
+for my $kind (qw(terminate cancel))
+{
+	inject("claim holding rows, in its row query, $kind", $kind, "BEGIN; $late",
+		setup => $seq, wait => 'sleep', txn => 1, live => 1);
+}
+inject('claim holding rows, in its row query, statement_timeout', 'statement_timeout', $late,
+	setup => $seq, txn => 1, live => 1);
 # Terminated while idle in the transaction that holds its claimed rows.
 {
 	my $bg = $node->background_psql('postgres', on_error_stop => 0);
@@ -363,7 +376,7 @@ leases_exact('leases released');
 # in the same statement, and the acquire's new lease goes with its rollback.
 sub expired_lease
 {
-	$q->("SELECT fs_acquire_slot('sw', 'swq', '1 second')");
+	$q->("SELECT fs_acquire_slot('sw', 'swq', '100 milliseconds')");
 	$node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM fs_leases WHERE tenant = 'sw' AND expires_at < now()")
 	  or die 'the lease did not expire';
@@ -396,7 +409,7 @@ my $launcher = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'fairshare
 $node->append_conf('postgresql.conf', "fairshare.sweep_interval = '100ms'\n");
 $node->restart;
 $node->poll_query_until('postgres', "SELECT count(*) = 1 FROM ($launcher) l") or die 'no launcher';
-$q->("SELECT fs_acquire_slot('sw', 'swq', '1 second')");
+$q->("SELECT fs_acquire_slot('sw', 'swq', '100 milliseconds')");
 inv($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM fs_leases WHERE tenant = 'sw'"),
 	'the launcher sweeps the expired lease');
 for my $kind (qw(cancel terminate))
@@ -404,7 +417,7 @@ for my $kind (qw(cancel terminate))
 	my $lpid = $q->($launcher);
 	$faults++;
 	$q->("SELECT pg_${kind}_backend($lpid)");
-	$q->("SELECT fs_acquire_slot('sw', 'swq', '1 second')");
+	$q->("SELECT fs_acquire_slot('sw', 'swq', '100 milliseconds')");
 	inv($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM fs_leases WHERE tenant = 'sw'"),
 		"launcher, $kind: the lease that expired meanwhile is swept");
 	inv($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM ($launcher) l"),
