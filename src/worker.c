@@ -468,11 +468,20 @@ void
 fs_launcher_main(Datum main_arg pg_attribute_unused())
 {
 	MemoryContext loop_context;
+	TimestampTz last_sweep = 0;
+	TimestampTz last_save = 0;
 	TimestampTz next_sweep = 0;
 	TimestampTz next_save = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
+
+	/*
+	 * The launcher runs no statement that a cancel could mean, and it has no
+	 * error recovery: a cancel would end it, and leases would go unswept and
+	 * the state file unsaved until the postmaster restarted it.
+	 */
+	pqsignal(SIGINT, SIG_IGN);
 	BackgroundWorkerUnblockSignals();
 
 	/* No database: shared catalogs (pg_database) are all it reads. */
@@ -495,6 +504,12 @@ fs_launcher_main(Datum main_arg pg_attribute_unused())
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+
+			/* New intervals count from the last sweep and save, not the next. */
+			if (last_sweep != 0)
+				next_sweep = last_sweep + (TimestampTz) fs_sweep_interval_ms * 1000;
+			if (last_save != 0 && fs_state_save_interval_secs > 0)
+				next_save = last_save + (TimestampTz) fs_state_save_interval_secs * USECS_PER_SEC;
 		}
 		MemoryContextReset(loop_context);
 		MemoryContextSwitchTo(loop_context);
@@ -508,10 +523,12 @@ fs_launcher_main(Datum main_arg pg_attribute_unused())
 			fs_worker_shared->last_sweep_at = now;
 			fs_worker_shared->leases_swept += freed;
 			SpinLockRelease(&fs_worker_shared->mutex);
+			last_sweep = now;
 			next_sweep = now + (TimestampTz) fs_sweep_interval_ms * 1000;
 		}
 		if (fs_state_save_interval_secs > 0 && fs_save_state && now >= next_save)
 		{
+			last_save = now;
 			if (fs_statefile_save(FS_STATE_RUNNING, LOG))
 			{
 				SpinLockAcquire(&fs_worker_shared->mutex);
