@@ -14,6 +14,10 @@
  *	               fairqueue_track.c; see fairqueue_int.h)
  *	  statefile.c  saving state at shutdown and restoring it at startup
  *	  telemetry.c  views of live state and counters, reset
+ *	  run_as.c     running another role's code so that nothing outlives it
+ *	  subxact.c    work that may fail, in a subtransaction; cancels go on
+ *	  cron.c, cron_sql.c, schedules.c, worker.c  schedules and the
+ *	               background worker
  *
  *-------------------------------------------------------------------------
  */
