@@ -229,6 +229,32 @@ $q->(q{
 	SELECT * FROM fs_resync('appq');
 });
 like($err, qr/cannot execute CREATE DOMAIN in a read-only transaction/, 'no temporary domain from a recount');
+
+# A temporary operator, and a temporary function, planted the same way.
+$q->(q{
+	SET ROLE app;
+	CREATE OR REPLACE FUNCTION app.plant_temp() RETURNS boolean LANGUAGE plpgsql AS $$
+	BEGIN
+		EXECUTE 'CREATE FUNCTION pg_temp.evil_eq(a text, b text) RETURNS boolean LANGUAGE sql AS $f$ SELECT app.payload() $f$';
+		EXECUTE 'CREATE OPERATOR pg_temp.= (LEFTARG = text, RIGHTARG = text, FUNCTION = pg_temp.evil_eq)';
+		RETURN true;
+	END $$;
+	RESET ROLE;
+});
+($rc, $out, $err) = $node->psql('postgres', q{
+	CREATE TEMP TABLE mine (x int);
+	SELECT * FROM fs_resync('appq');
+});
+like($err, qr/cannot execute CREATE FUNCTION in a read-only transaction/, 'no temporary function or operator from a recount');
+is($q->(q{CREATE TEMP TABLE mine (x int); SELECT count(*) FROM pg_proc WHERE pronamespace = pg_my_temp_schema();}),
+	'0', 'nothing was left in the temporary schema');
+$q->(q{SET ROLE app;
+	CREATE OR REPLACE FUNCTION app.plant_temp() RETURNS boolean LANGUAGE plpgsql AS $$
+	BEGIN
+		EXECUTE 'CREATE DOMAIN pg_temp.text AS pg_catalog.text CHECK (app.escalate(VALUE))';
+		RETURN true;
+	END $$;
+	RESET ROLE;});
 is($q->(q{CREATE TEMP TABLE mine (x int); SELECT count(*) FROM fs_resync(); SELECT 'abc'::text; } . $after),
 	"1\nabc\n$expect", 'no temporary type shadows pg_catalog\'s afterwards');
 $not_super->('temporary objects');
@@ -246,9 +272,14 @@ $q->(q{
 	CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT app.now() $$;
 	CREATE FUNCTION public.count(anyelement) RETURNS bigint LANGUAGE plpgsql AS $$
 	BEGIN PERFORM app.now(); RETURN 0; END $$;
+	-- an implicit cast from a type of app's to text, through app's code
+	CREATE TYPE app.label AS ENUM ('t0', 't1', 't2');
+	CREATE FUNCTION app.label_text(app.label) RETURNS text LANGUAGE plpgsql AS $$
+	BEGIN PERFORM app.payload(); RETURN $1::name::text; END $$;
 	DROP POLICY everything ON app.jobs;
 	CREATE POLICY everything ON app.jobs USING (true);
 	RESET ROLE;
+	CREATE CAST (app.label AS text) WITH FUNCTION app.label_text(app.label) AS IMPLICIT;
 	SET search_path = public, pg_catalog;
 });
 is($q->(q{SET search_path = public, "$user";
@@ -257,8 +288,8 @@ is($q->(q{SET search_path = public, "$user";
 	SELECT count(*) > 0 FROM fs_ready_tenants('appq');
 	INSERT INTO app.jobs VALUES (1000, 't1');
 	SELECT count(*) FROM fs_schedule_status;}),
-	"30\n3\nt\n0", 'fairshare\'s queries work with app\'s operators and functions in the caller\'s path');
-$not_super->('operators and functions in public');
+	"30\n3\nt\n0", 'fairshare\'s queries work with app\'s operators, functions and casts in the caller\'s path');
+$not_super->('operators, functions and casts in public');
 
 # The server log shows no crash.
 unlike(slurp_file($node->logfile), qr/terminated by signal/, 'no backend crashed');
