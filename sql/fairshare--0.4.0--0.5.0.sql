@@ -24,37 +24,25 @@ COMMENT ON FUNCTION fs_ready_tenants(text, integer) IS
 
 -- The roles, created when missing (as in a fresh install).
 DO $$
+DECLARE
+    fs_role record;
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
-                    WHERE rolname OPERATOR(pg_catalog.=) 'fairshare_app'::pg_catalog.name) THEN
-        BEGIN
-            CREATE ROLE fairshare_app NOLOGIN;
-            COMMENT ON ROLE fairshare_app IS
-            'fairshare: members may decide: take slots and renew or release their own leases, spend and charge tokens, claim fairly, route enqueues, and read the monitoring views';
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN
-            NULL;
-        END;
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
-                    WHERE rolname OPERATOR(pg_catalog.=) 'fairshare_worker'::pg_catalog.name) THEN
-        BEGIN
-            CREATE ROLE fairshare_worker NOLOGIN;
-            COMMENT ON ROLE fairshare_worker IS
-            'fairshare: members may report worker heartbeats and queue latency (the global gate and backpressure), and read the monitoring views';
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN
-            NULL;
-        END;
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
-                    WHERE rolname OPERATOR(pg_catalog.=) 'fairshare_admin'::pg_catalog.name) THEN
-        BEGIN
-            CREATE ROLE fairshare_admin NOLOGIN;
-            COMMENT ON ROLE fairshare_admin IS
-            'fairshare: members configure limits and queues, reset counters, save the state file, release or renew any lease, see every role''s schedules and runs and may delete schedules; a member of fairshare_app and fairshare_worker';
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN
-            NULL;
-        END;
-    END IF;
+    FOR fs_role IN SELECT * FROM (VALUES
+        ('fairshare_app', 'fairshare: members may decide: take slots and renew or release their own leases, spend and charge tokens, claim fairly, route enqueues, and read the monitoring views'),
+        ('fairshare_worker', 'fairshare: members may report worker heartbeats and queue latency (the global gate and backpressure), and read the monitoring views'),
+        ('fairshare_admin', 'fairshare: members configure limits and queues, reset counters, save the state file, release or renew any lease, see every role''s schedules and runs and may delete schedules; a member of fairshare_app and fairshare_worker'))
+        AS roles(name, comment)
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                        WHERE rolname OPERATOR(pg_catalog.=) fs_role.name::pg_catalog.name) THEN
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', fs_role.name);
+                EXECUTE pg_catalog.format('COMMENT ON ROLE %I IS %L', fs_role.name, fs_role.comment);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;
+            END;
+        END IF;
+    END LOOP;
     -- fairshare_admin as versions before 0.5.0 described it: bring that
     -- comment up to date (a comment of the administrator's own is kept).
     IF pg_catalog.shobj_description((SELECT r.oid FROM pg_catalog.pg_roles r
