@@ -438,9 +438,13 @@ is($q->("SELECT string_agg(queue || '/' || tenant || ' saw ' || max_seen || ' ho
 is($q->("SELECT string_agg(what, E'\n') FROM (SELECT what FROM probe_violations ORDER BY at LIMIT 20) v"), '',
 	'renew and release of held leases never failed');
 is($q->("SELECT sum(holders) FROM probe"), '0', 'the probe ends at zero');
+# The flex tenants are at 4 only part of the time (the DDL client switches
+# them): above 1 shows that the switch up took effect while they were used.
 is($q->(q{SELECT string_agg(tenant || ' saw ' || max_seen || ' of ' || max_slots, ', ') FROM probe
-           WHERE queue = 'sq' AND tenant IN ('s1', 's2', 's3', 's4', 's41', 's42', 's43', 's44')
-             AND max_seen < max_slots}), '', 'the hot slot tenants were driven to their bounds');
+           WHERE queue = 'sq'
+             AND ((tenant IN ('s1', 's2', 's3', 's4') AND max_seen < max_slots)
+                  OR (tenant IN ('s41', 's42', 's43', 's44') AND max_seen < 2))}),
+	'', 'the hot slot tenants were driven to their bounds (the flex ones above 1)');
 note($q->(q{SELECT count(*) FILTER (WHERE max_seen = max_slots) || ' of ' || count(*) || ' tenants of ' || queue
                    || ' were seen at their bounds by the probe'
               FROM probe GROUP BY queue ORDER BY queue}));
@@ -506,20 +510,48 @@ is($q->($backlog_diff), '0', 'after fs_resync() the backlog equals the table, pe
 my $backlog = $q->("SELECT count(*) FROM jobs");
 
 is($q->("SELECT count(*) FROM fs_leases"), '0', 'no lease is left once the clients are done');
+# The drain claims as workers do, one transaction per batch.  A tenant whose
+# claim came back short is passed over for a second while others have rows
+# (documented), so an empty claim is tried again for up to 3 s before the
+# queue counts as stuck.
 $q->(q{
 	DO $$
+	DECLARE
+	    empty_since timestamptz;
 	BEGIN
 	    LOOP
 	        WITH c AS (SELECT (j.job).id, j.tenant FROM fs_claim('jq', NULL::jobs, 100) j),
 	             d AS (DELETE FROM jobs USING c WHERE jobs.id = c.id)
 	        INSERT INTO jobs_running SELECT id, tenant, 0 FROM c;
-	        EXIT WHEN NOT FOUND;
+	        IF FOUND THEN
+	            empty_since := NULL;
+	        ELSE
+	            EXIT WHEN NOT EXISTS (SELECT FROM jobs)
+	                 OR clock_timestamp() - coalesce(empty_since, clock_timestamp()) > interval '3 s';
+	            empty_since := coalesce(empty_since, clock_timestamp());
+	            PERFORM pg_sleep(0.1);
+	        END IF;
 	        DELETE FROM jobs_running;
+	        COMMIT;
 	    END LOOP;
 	END $$;
 });
-$q->("SELECT fs_release_slot(lease_id) FROM fs_leases");
-is($q->("SELECT count(*) FROM jobs"), '0', "the queue drains ($backlog rows left after the load)");
+my $left = $q->("SELECT count(*) FROM jobs");
+if ($left ne '0')
+{
+	# What held the rest back: the tenants' entries, the fair order as
+	# fs_ready_tenants() walks it, and the queue's counters.
+	diag("left after the drain: $left rows");
+	diag($q->(q{SELECT string_agg(format('%s ready %s slots %s max %s', tenant, ready_rows, slots_in_use, max_slots), E'\n')
+	              FROM fs_tenants WHERE queue = 'jq' AND ready_rows <> 0}));
+	diag("fair order: " . $q->(q{SELECT string_agg(tenant || ' ' || ready_rows || ' free ' || free_slots, ', ')
+	                               FROM fs_ready_tenants('jq', 10000)}));
+	diag("fs_fairness: " . $q->(q{SELECT row_to_json(f) FROM fs_fairness f WHERE queue = 'jq'}));
+	diag("leases: " . $q->(q{SELECT string_agg(tenant || ' ' || n, ', ') FROM (SELECT tenant, count(*) n FROM fs_leases GROUP BY 1) x}));
+	diag("fs_stats: " . $q->(q{SELECT row_to_json(s) FROM fs_stats s}));
+	diag("by tenant: " . $q->(q{SELECT string_agg(tenant || ' ' || n, ', ') FROM (SELECT tenant, count(*) n FROM jobs GROUP BY 1) x}));
+}
+is($left, '0', "the queue drains ($backlog rows left after the load)");
 is($q->(q{SELECT coalesce(sum(slots_in_use), 0) || '/' || count(*) FILTER (WHERE slots_in_use <> 0) || '/' ||
                  coalesce(sum(ready_rows), 0) FROM fs_tenants}),
 	'0/0/0', 'every slot count and ready count is back to 0');
