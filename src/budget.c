@@ -129,6 +129,7 @@ fs_budget_refund_entry(FsQueue *queue, const char *tenant)
 	key.queue_id = queue->queue_id;
 	key.subid = GetCurrentSubTransactionId();
 	strlcpy(key.tenant, tenant, sizeof(key.tenant));
+	FS_FAULT_POINT("refund_entry");
 	refund = hash_search(refunds, &key, HASH_ENTER, &found);
 	if (!found)
 	{

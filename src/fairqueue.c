@@ -729,6 +729,7 @@ fs_plan_split_starts(FsPlan *plan)
 
 	for (i = 0; i < plan->ntenants; i++)
 	{
+		FS_FAULT_POINT("claim_plan_starts");
 		plan->tenants[i].starts = palloc(sizeof(float8) * plan->tenants[i].planned);
 		plan->tenants[i].got = 0;
 	}
@@ -1155,6 +1156,7 @@ fs_claim_admit(FsQueue *queue, FsPlanTenant *pt, float8 budget_cost, int64 lease
 {
 	int32		i;
 
+	FS_FAULT_POINT("claim_admit");
 	pt->leases = palloc(sizeof(int64) * Max(pt->planned, 1));
 	pt->taken = palloc(sizeof(float8) * Max(pt->planned, 1));
 	for (i = 0; i < pt->planned; i++)
@@ -1258,6 +1260,8 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	 */
 	*retry = false;
 	fs_plan_init(&plan, want, Min(Max(fq->nitems, 0), 4 * want + 1024) + 1);
+	/* Each planned tenant's reservation, and its settlement after the query. */
+	fs_track_claims_reserve(2 * want);
 	fs_gate_capacity(desc->queue, now, &plan.cap);
 	plan.budget_cost = fs_fair_budget_cost(desc);
 	plan.skip_dry = true;
@@ -1274,9 +1278,11 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	}
 	if (plan.ntenants == 0)
 		return 0;
-	fs_plan_split_starts(&plan);
 
-	/* Recorded before anything can fail, so a rollback undoes it all. */
+	/*
+	 * Recorded before anything can fail (in the room reserved above), so a
+	 * rollback undoes it all.
+	 */
 	for (i = 0; i < plan.ntenants; i++)
 	{
 		FsPlanTenant *pt = &plan.tenants[i];
@@ -1284,7 +1290,9 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 		fs_track_claim(desc, pt->name, pt->planned, pt->charge, pt->planned * pt->est_cost,
 					   plan.resync_gen, plan.vtime_before, plan.vtime_after);
 	}
+	fs_plan_split_starts(&plan);
 
+	FS_FAULT_POINT("claim_query_args");
 	names = palloc(sizeof(Datum) * plan.ntenants);
 	counts = palloc(sizeof(Datum) * plan.ntenants);
 	index_of = palloc(sizeof(int) * plan.ntenants);
@@ -2067,6 +2075,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 	LWLockAcquire(fq->lock, LW_SHARED);
 	capacity = fq->nitems + 64;
 	LWLockRelease(fq->lock);
+	FS_FAULT_POINT("recount_count");
 	*at_p = palloc(sizeof(FsCountAt) * capacity);
 
 	while (fs_fair_gate_close(fq))
@@ -2205,6 +2214,7 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		}
 		memcpy(buf, VARDATA_ANY(t), len);
 		buf[len] = '\0';
+		FS_FAULT_POINT("recount_apply");
 		c = hash_search(counts, buf, HASH_ENTER, NULL);
 		c->rows = rows;
 	}

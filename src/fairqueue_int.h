@@ -293,6 +293,7 @@ extern void fs_fair_invalidate_all(void);
 
 /* fairqueue_track.c */
 extern void fs_track_init(void);
+extern void fs_track_claims_reserve(int n);
 extern void fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows,
 						   float8 charge, float8 served, uint64 resync_gen,
 						   float8 vtime_before, float8 vtime_after);

@@ -540,7 +540,15 @@ static FsOwnClaim *own_claims = NULL;
 static int	n_own_claims = 0;
 static HTAB *xact_deltas = NULL;
 static HTAB *xact_claimed = NULL;
-static List *xact_claims = NIL;		/* FsClaimRec */
+/*
+ * The claims of this transaction, oldest first, in an array whose room is
+ * reserved before a claim changes shared state (fs_track_claims_reserve()):
+ * recording a claim then cannot fail, so a rollback always knows what to
+ * undo.
+ */
+static FsClaimRec *xact_claims = NULL;
+static int	nxact_claims = 0;
+static int	xact_claims_capacity = 0;
 static List *xact_releases = NIL;	/* FsRelease */
 static List *xact_events = NIL;		/* FsQueueEvent */
 static bool xact_active = false;
@@ -575,7 +583,9 @@ fs_xact_begin(void)
 	if (xact_claimed == NULL)
 		xact_claimed = fs_xact_table("fairshare claimed rows", sizeof(FsXactKey),
 									 sizeof(FsClaimedRow));
-	xact_claims = NIL;
+	xact_claims = NULL;
+	nxact_claims = 0;
+	xact_claims_capacity = 0;
 	xact_releases = NIL;
 	xact_events = NIL;
 	xact_active = true;
@@ -606,7 +616,9 @@ fs_xact_reset(void)
 {
 	fs_xact_table_clear(&xact_deltas);
 	fs_xact_table_clear(&xact_claimed);
-	xact_claims = NIL;
+	xact_claims = NULL;
+	nxact_claims = 0;
+	xact_claims_capacity = 0;
 	xact_releases = NIL;
 	xact_events = NIL;
 	xact_active = false;
@@ -627,6 +639,7 @@ fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves, float
 	key.queue_id = queue->queue_id;
 	key.subid = GetCurrentSubTransactionId();
 	strlcpy(key.tenant, tenant, FS_NAME_BUFLEN);
+	FS_FAULT_POINT("trigger_delta");
 	delta = hash_search(xact_deltas, &key, HASH_ENTER, &found);
 	if (!found)
 	{
@@ -640,16 +653,42 @@ fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves, float
 	delta->charge += charge;
 }
 
+/*
+ * Make room for `n` more claim records, before a claim changes shared state
+ * (the room lasts until the transaction ends).
+ */
+void
+fs_track_claims_reserve(int n)
+{
+	int			need;
+
+	fs_xact_begin();
+	need = nxact_claims + n;
+	if (need <= xact_claims_capacity)
+		return;
+	need = Max(need, Max(2 * xact_claims_capacity, 16));
+	FS_FAULT_POINT("claim_record");
+	if (xact_claims == NULL)
+		xact_claims = MemoryContextAlloc(xact_cxt, sizeof(FsClaimRec) * need);
+	else
+		xact_claims = repalloc(xact_claims, sizeof(FsClaimRec) * need);
+	xact_claims_capacity = need;
+}
+
+/*
+ * Record a claim's change of `tenant` (rows reserved or given back, tag
+ * advance, served work) for the rollback to undo.  Does not allocate when
+ * the caller reserved room (fs_track_claims_reserve()) before it changed
+ * shared state, as fs_claim() does.
+ */
 void
 fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows, float8 charge, float8 served,
 			   uint64 resync_gen, float8 vtime_before, float8 vtime_after)
 {
-	MemoryContext old;
 	FsClaimRec *rec;
 
-	fs_xact_begin();
-	old = MemoryContextSwitchTo(xact_cxt);
-	rec = palloc(sizeof(FsClaimRec));
+	fs_track_claims_reserve(1);
+	rec = &xact_claims[nxact_claims++];
 	rec->queue = desc->queue;
 	rec->subid = GetCurrentSubTransactionId();
 	strlcpy(rec->tenant, tenant, FS_NAME_BUFLEN);
@@ -659,8 +698,6 @@ fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows, float8 charge, 
 	rec->resync_gen = resync_gen;
 	rec->vtime_before = vtime_before;
 	rec->vtime_after = vtime_after;
-	xact_claims = lappend(xact_claims, rec);
-	MemoryContextSwitchTo(old);
 }
 
 /*
@@ -687,6 +724,7 @@ fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_i
 					  desc->key_byval);
 	xkey.type = desc->key_type;
 	old = MemoryContextSwitchTo(xact_cxt);
+	FS_FAULT_POINT("claim_track_row");
 	row = hash_search(xact_claimed, &xkey, HASH_ENTER, &found);
 	row->queue = desc->queue;
 	row->subid = GetCurrentSubTransactionId();
@@ -964,6 +1002,7 @@ fs_release_claim(FsRelRole *role, const FsClaimEntry *entry)
 	released = fs_slot_release(entry->lease_id, fs_now(), &held);
 	fs_xact_begin();
 	old = MemoryContextSwitchTo(xact_cxt);
+	FS_FAULT_POINT("running_release");
 	rel = palloc(sizeof(FsRelease));
 	rel->queue = role->queue;
 	rel->subid = GetCurrentSubTransactionId();
@@ -1123,13 +1162,13 @@ fs_fair_truncate_trigger(PG_FUNCTION_ARGS)
 static void
 fs_undo_claims(SubTransactionId subid)
 {
-	List	   *keep = NIL;
 	int			i;
+	int			kept;
 
 	/* Newest first, so virtual time unwinds in order. */
-	for (i = list_length(xact_claims) - 1; i >= 0; i--)
+	for (i = nxact_claims - 1; i >= 0; i--)
 	{
-		FsClaimRec *rec = list_nth(xact_claims, i);
+		FsClaimRec *rec = &xact_claims[i];
 		FsTenantChange c;
 
 		if (subid != InvalidSubTransactionId && rec->subid != subid)
@@ -1147,12 +1186,12 @@ fs_undo_claims(SubTransactionId subid)
 	}
 	if (subid != InvalidSubTransactionId)
 	{
-		ListCell   *lc;
-
-		foreach(lc, xact_claims)
-			if (((FsClaimRec *) lfirst(lc))->subid != subid)
-				keep = lappend(keep, lfirst(lc));
-		xact_claims = keep;
+		/* The subtransaction's records go; the rest keep their order. */
+		kept = 0;
+		for (i = 0; i < nxact_claims; i++)
+			if (xact_claims[i].subid != subid)
+				xact_claims[kept++] = xact_claims[i];
+		nxact_claims = kept;
 	}
 
 	if (xact_claimed != NULL)
@@ -1249,9 +1288,9 @@ fs_merge_subxact(SubTransactionId subid, SubTransactionId parent)
 		if (row->left_subid == subid)
 			row->left_subid = parent;
 	}
-	foreach(lc, xact_claims)
-		if (((FsClaimRec *) lfirst(lc))->subid == subid)
-			((FsClaimRec *) lfirst(lc))->subid = parent;
+	for (int i = 0; i < nxact_claims; i++)
+		if (xact_claims[i].subid == subid)
+			xact_claims[i].subid = parent;
 	foreach(lc, xact_releases)
 		if (((FsRelease *) lfirst(lc))->subid == subid)
 			((FsRelease *) lfirst(lc))->subid = parent;
@@ -1312,6 +1351,7 @@ fs_pre_commit(void)
 	/* Rows that left through the application's own claim, for fs_commit(). */
 	if (hash_get_num_entries(xact_deltas) > 0)
 	{
+		FS_FAULT_POINT("pre_commit");
 		own_claims = MemoryContextAlloc(xact_cxt,
 										sizeof(FsOwnClaim) * hash_get_num_entries(xact_deltas));
 		n_own_claims = 0;
@@ -1572,7 +1612,7 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			fs_xact_reset();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
-			if (list_length(xact_claims) > 0 || hash_get_num_entries(xact_deltas) > 0 ||
+			if (nxact_claims > 0 || hash_get_num_entries(xact_deltas) > 0 ||
 				xact_releases != NIL || xact_events != NIL)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

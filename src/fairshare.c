@@ -57,6 +57,10 @@ double		fs_debug_clock = 0;
 
 void		_PG_init(void);
 
+#ifdef FS_DEBUG
+static void fs_debug_out_of_memory_assign(const char *newval, void *extra);
+#endif
+
 void
 _PG_init(void)
 {
@@ -107,6 +111,17 @@ _PG_init(void)
 							 0, 0, 1e11,
 							 PGC_SUSET, GUC_NOT_IN_SAMPLE | GUC_UNIT_S,
 							 NULL, NULL, NULL);
+
+#ifdef FS_DEBUG
+	DefineCustomStringVariable("fairshare.debug_out_of_memory",
+							   "Debug build only: the fault point at which an allocation fails.",
+							   "A point's name, or name:N to fail at its N-th pass since the setting "
+							   "was made; empty (the default) fails nothing.",
+							   &fs_debug_out_of_memory,
+							   "",
+							   PGC_SUSET, GUC_NOT_IN_SAMPLE,
+							   NULL, fs_debug_out_of_memory_assign, NULL);
+#endif
 
 	fs_gate_init();
 	fs_telemetry_init();
@@ -230,6 +245,50 @@ fs_float_text(float8 value)
 }
 
 #ifdef FS_DEBUG
+char	   *fs_debug_out_of_memory = NULL;
+static char fs_fault_point_name[FS_NAME_BUFLEN];
+static int	fs_fault_point_at = 0;	/* the pass that fails; 0: every pass */
+static int	fs_fault_point_passes = 0;
+
+/*
+ * fairshare.debug_out_of_memory changed: remember the point and start
+ * counting its passes again.  A malformed count names no point.
+ */
+static void
+fs_debug_out_of_memory_assign(const char *newval, void *extra pg_attribute_unused())
+{
+	const char *colon = newval != NULL ? strchr(newval, ':') : NULL;
+	size_t		len = newval == NULL ? 0 : colon != NULL ? (size_t) (colon - newval) : strlen(newval);
+
+	fs_fault_point_passes = 0;
+	fs_fault_point_at = colon != NULL ? atoi(colon + 1) : 0;
+	if (len >= sizeof(fs_fault_point_name) || fs_fault_point_at < 0)
+		len = 0;
+	memcpy(fs_fault_point_name, newval != NULL ? newval : "", len);
+	fs_fault_point_name[len] = '\0';
+}
+
+/*
+ * The debug build's injected out-of-memory error (FS_FAULT_POINT): raised
+ * as palloc raises it, where fairshare is about to allocate, when
+ * fairshare.debug_out_of_memory names this point (and this is the pass it
+ * names).
+ */
+void
+fs_fault_point_pass(const char *point)
+{
+	if (strcmp(point, fs_fault_point_name) != 0)
+		return;
+	fs_fault_point_passes++;
+	if (fs_fault_point_at != 0 && fs_fault_point_passes != fs_fault_point_at)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("out of memory"),
+			 errdetail("Injected at fairshare's fault point \"%s\" (fairshare.debug_out_of_memory).",
+					   point)));
+}
+
 /* The debug build's report of a broken invariant (FS_INVARIANT). */
 void
 fs_invariant_failed(const char *what, const char *file, int line)

@@ -97,4 +97,24 @@ extern void fs_invariant_failed(const char *what, const char *file, int line)
 #define FS_INVARIANT(cond) ((void) 0)
 #endif
 
+/*
+ * Fault points, in the debug build only: FS_FAULT_POINT(name) stands just
+ * before an allocation that comes after shared state changed, and raises
+ * the error palloc raises when it fails ("out of memory", SQLSTATE 53200)
+ * when fairshare.debug_out_of_memory names the point, so that the fault
+ * suite can check each such error path (test/t/050_faults.pl).  Compiled
+ * out otherwise.
+ */
+#ifdef FS_DEBUG
+extern char *fs_debug_out_of_memory;
+extern void fs_fault_point_pass(const char *point);
+#define FS_FAULT_POINT(point) \
+	do { \
+		if (unlikely(fs_debug_out_of_memory != NULL && fs_debug_out_of_memory[0] != '\0')) \
+			fs_fault_point_pass(point); \
+	} while (0)
+#else
+#define FS_FAULT_POINT(point) ((void) 0)
+#endif
+
 #endif							/* FAIRSHARE_H */

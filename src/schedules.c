@@ -1127,6 +1127,7 @@ static void
 fs_batch_init(FsClaimBatch *b, Size nschedules, Size max_ledger)
 {
 	memset(b, 0, sizeof(*b));
+	FS_FAULT_POINT("schedule_claim");
 	b->l_id = palloc(sizeof(Datum) * max_ledger);
 	b->l_for = palloc(sizeof(Datum) * max_ledger);
 	b->l_owner_oid = palloc(sizeof(Datum) * max_ledger);

@@ -105,6 +105,7 @@ fs_local_reserve(void)
 	{
 		int			newcap = local_capacity == 0 ? 16 : local_capacity * 2;
 
+		FS_FAULT_POINT("slot_record");
 		if (local_leases == NULL)
 			local_leases = MemoryContextAlloc(TopMemoryContext,
 											  newcap * sizeof(FsLocalLease));

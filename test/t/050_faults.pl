@@ -15,12 +15,15 @@
 # session, or (where fairshare takes no lock and calls no user code) by
 # repeating it in a loop.
 #
-# Out of memory is not injected: PostgreSQL has no way to make an allocation
-# fail at a chosen point.  work_mem and hash_mem_multiplier make sorts and
-# hashes spill to disk rather than fail, and a ulimit on the server limits
-# every process at once and fails at whatever allocation comes first (or
-# brings in the kernel's OOM killer), which would test neither fairshare nor
-# reliably anything.
+# Out of memory: PostgreSQL has no way to make an allocation fail at a
+# chosen point (a ulimit on the server fails whatever allocation comes first
+# in any process, or brings in the kernel's OOM killer).  fairshare's debug
+# build (make FS_DEBUG=1, the test/run debug suite) has fault points instead:
+# each allocation that comes after shared state changed raises "out of
+# memory" as palloc does when fairshare.debug_out_of_memory names it (name:N
+# for its N-th pass).  On the debug build every such point is injected too;
+# on the normal build the setting does not exist and those cases are left
+# out.
 #
 # After each fault: the server did not crash, the session (after a cancel or
 # a timeout) or a new one (after a terminate) works, the counts in shared
@@ -208,6 +211,17 @@ sub inject
 		inv_is($out, 'after', "$what: the session goes on");
 		$bg->quit;
 	}
+	elsif ($kind eq 'out_of_memory')
+	{
+		my ($begin, $end) = $o{txn} ? ('BEGIN;', 'ROLLBACK;') : ('', '');
+		my ($ret, $out, $err) = $node->psql('postgres',
+			"$setup; SET fairshare.debug_out_of_memory = '$o{point}'; $begin $sql; $end "
+			  . "RESET fairshare.debug_out_of_memory; SELECT 'after'",
+			on_error_stop => 0);
+		my ($name) = split /:/, $o{point};
+		like($err, qr/out of memory.*\n.*fault point "$name"/, "$what: stopped by out of memory at $o{point}");
+		inv(($out // '') =~ /after$/, "$what: the session goes on");
+	}
 	else
 	{
 		my $set = $kind eq 'statement_timeout'
@@ -228,6 +242,17 @@ sub inject
 
 my $sleepy = "SET fx.sleep = '300'";
 
+# The debug build's fault points (the normal build has no such setting).
+my $debug_build = $q->("SELECT current_setting('fairshare.debug_out_of_memory', true) IS NOT NULL") eq 't';
+note($debug_build ? 'debug build: out of memory is injected at the fault points'
+                  : 'normal build: no fault points, out of memory is not injected');
+sub inject_oom
+{
+	my ($what, $point, $sql, %o) = @_;
+	inject("$what, out of memory at $point", 'out_of_memory', $sql, point => $point, %o)
+	  if $debug_build;
+}
+
 # ---------------------------------------------------------------- recounts
 
 for my $sql ("SELECT * FROM fs_resync('fa')", 'SELECT * FROM fs_resync()')
@@ -238,6 +263,10 @@ for my $sql ("SELECT * FROM fs_resync('fa')", 'SELECT * FROM fs_resync()')
 	}
 	inject("$sql, lock_timeout", 'lock_timeout', $sql,
 		lock => 'LOCK fa IN ACCESS EXCLUSIVE MODE', live => 1);
+	# Marked as being recounted, then out of memory before the count and
+	# while applying it (a recount of every queue stops: it is not one
+	# queue's failure to report and skip).
+	inject_oom($sql, $_, $sql, live => 1) for qw(recount_count recount_apply);
 }
 
 # The first claim after a restart recounts the queue; stopped, the next one
@@ -252,6 +281,8 @@ for my $kind (qw(terminate cancel statement_timeout))
 }
 inject('first claim after a restart, lock_timeout', 'lock_timeout', $first_claim,
 	lock => 'LOCK fa IN ACCESS EXCLUSIVE MODE', no_recount => 1);
+inject_oom('first claim after a restart', $_, $first_claim, no_recount => 1)
+  for qw(recount_count recount_apply);
 inv_is($q->("BEGIN; $first_claim; ROLLBACK"), '3', 'the next first claim recounts and claims');
 live_exact('first claim after the faults', 'fa');
 healed('first claim after the faults');
@@ -274,6 +305,59 @@ for my $kind (qw(statement_timeout lock_timeout))
 		"SELECT count(*) FROM fs_claim('fb', NULL::fb, 3); SELECT count(*) FROM fs_claim('fa', NULL::fa, 5)",
 		lock => 'LOCK fa IN ACCESS EXCLUSIVE MODE', txn => 1, live => 1);
 }
+# Out of memory in a claim that follows one holding rows: with its rows
+# reserved, with some of its tenants' leases taken, with rows returned.
+# (fb's claim of 3 rows passes each point once per tenant or row: the N-th
+# pass falls in fa's claim.  claim_record is passed where the room for the
+# claim records grows, before the claim changes anything: fa's claim of 10
+# rows needs more than fb's left.)
+inject_oom('claim holding rows', $_,
+	"SELECT count(*) FROM fs_claim('fb', NULL::fb, 3); SELECT count(*) FROM fs_claim('fa', NULL::fa, 10)",
+	txn => 1, live => 1)
+  for qw(claim_record:2 claim_plan_starts:5 claim_query_args:2 claim_admit:6 claim_track_row:6);
+# At commit, in a transaction that claimed rows and took one out of the
+# ready state; and in the trigger, on the third row of an insert.
+inject_oom('commit of a claim', 'pre_commit',
+	"BEGIN; SELECT count(*) FROM fs_claim('fa', NULL::fa, 2); DELETE FROM fa WHERE id = (SELECT max(id) FROM fa); COMMIT",
+	live => 1);
+inject_oom('insert into a registered table', 'trigger_delta:3',
+	"SELECT count(*) FROM fs_claim('fa', NULL::fa, 2); INSERT INTO fa SELECT g, 't1' FROM generate_series(100001, 100005) g",
+	txn => 1, live => 1);
+# A running row leaves its table: the leases of the first rows are released
+# when the record of the second cannot be kept; the rollback gives them back.
+if ($debug_build)
+{
+	$q->(q{
+		CREATE TABLE fm (id int PRIMARY KEY, tenant text NOT NULL);
+		CREATE TABLE fm_running (job_id int PRIMARY KEY);
+		SELECT queue FROM fs_register_queue('fm', 'fm', tenant => 'tenant', order_by => 'id',
+		       running_table => 'fm_running', running_key => 'job_id');
+		SELECT fs_set_limit('*', 'fm', max_slots => 10);
+		INSERT INTO fm SELECT g, 'm' || g % 2 FROM generate_series(1, 10) g;
+		WITH c AS (SELECT (j.job).id FROM fs_claim('fm', NULL::fm, 3) j),
+		     d AS (DELETE FROM fm USING c WHERE fm.id = c.id)
+		INSERT INTO fm_running SELECT id FROM c;
+	});
+	$queues{fm} = 'fm';
+	$held += 3;
+	inject_oom('a running row leaves', 'running_release:2', 'DELETE FROM fm_running', txn => 1, live => 1);
+	$q->('DELETE FROM fm_running');
+	$held -= 3;
+	leases_exact('the running rows left');
+}
+# A session's first acquire, and a spend of a budgeted tenant.
+inject_oom('first acquire of a session', 'slot_record', "SELECT fs_acquire_slot('oom', 'fa', '1 hour')", no_recount => 1);
+if ($debug_build)
+{
+	# A full bucket (a spend of 0 runs only asks): a token taken would show.
+	$q->("SELECT fs_set_limit('ob', 'bq', budget_ms_per_minute => 60000); SELECT fs_spend_tokens('ob', 0, 1000, 'bq')");
+	my $balance = "SELECT round(token_balance) FROM fs_tenants WHERE queue = 'bq' AND tenant = 'ob'";
+	inv_is($q->($balance), '60000', 'spend of a budgeted tenant: the bucket is full');
+	inject_oom('spend of a budgeted tenant', 'refund_entry', "SELECT fs_spend_tokens('ob', 5, 1000, 'bq')",
+		txn => 1, no_recount => 1);
+	inv_is($q->($balance), '60000', 'spend of a budgeted tenant, out of memory: no token taken');
+}
+
 # The same claim stopped later: its tenants planned, their rows reserved and
 # their leases taken, while its query locks the rows (a sequential scan that
 # evaluates the tenant expression, asleep on row 1).
@@ -327,6 +411,11 @@ for my $kind (qw(terminate cancel))
 	inject("schedule claim, $kind", $kind, $due, setup => $sched_setup,
 		lock => 'LOCK fs_schedule_state IN EXCLUSIVE MODE', wait => 'lock', no_recount => 1);
 	inv_is($q->('SELECT count(*) FROM fs_schedule_runs'), '0', "schedule claim, $kind: no run claimed");
+}
+if ($debug_build)
+{
+	inject_oom('schedule claim', 'schedule_claim', $due, setup => $sched_setup, no_recount => 1);
+	inv_is($q->('SELECT count(*) FROM fs_schedule_runs'), '0', 'schedule claim, out of memory: no run claimed');
 }
 inv_is($q->("$sched_setup; $due"), '3', 'after the faults, each schedule\'s run is claimed');
 inv_is($q->("$sched_setup; $due"), '0', 'and only once');
