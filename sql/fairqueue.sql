@@ -868,6 +868,8 @@ SELECT count(*) AS registrations FROM fs_fair_queues WHERE queue LIKE 'dq%';
 -- admitted to: rows excluded by the claim-time filter cost nothing.
 -- ---------------------------------------------------------------------------
 
+-- (fairshare's clock stands still meanwhile: nothing accrues between reads)
+SELECT set_config('fairshare.debug_clock', round(extract(epoch FROM now()))::text, false) IS NOT NULL AS clock_fixed;
 CREATE TABLE bq_jobs (id bigint PRIMARY KEY, tenant text NOT NULL, run_at timestamptz NOT NULL);
 SELECT queue FROM fs_register_queue('bq', 'bq_jobs', 'tenant', 'id', filter => 'run_at <= now()');
 SELECT fs_set_limit('bt', 'bq', max_slots => 10, budget_ms_per_minute => 1000);
@@ -888,6 +890,7 @@ SELECT round(token_balance) AS balance FROM fs_tenants WHERE queue = 'bq' AND te
 SELECT fs_unregister_queue('bq');
 DELETE FROM fs_limits WHERE queue = 'bq';
 DROP TABLE bq_jobs;
+RESET fairshare.debug_clock;
 
 -- ---------------------------------------------------------------------------
 -- One transaction may change more than 64 queues (up to fairshare.max_queues)

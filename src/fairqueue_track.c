@@ -1336,6 +1336,66 @@ fs_gate_enter_once(FsQueue *queue)
 	gated[ngated++] = queue;
 }
 
+/* Add `queue` to a set of `n` queues (with room for it); returns its size. */
+static int
+fs_queue_set_add(FsQueue **queues, int n, FsQueue *queue)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (queues[i] == queue)
+			return n;
+	queues[n] = queue;
+	return n + 1;
+}
+
+static int
+fs_queue_id_cmp(const void *a, const void *b)
+{
+	uint32		qa = (*(FsQueue *const *) a)->queue_id;
+	uint32		qb = (*(FsQueue *const *) b)->queue_id;
+
+	return qa < qb ? -1 : qa > qb ? 1 : 0;
+}
+
+/*
+ * Enter the commit gate of every queue whose counts this transaction
+ * changes, in the order of the queues' ids.  A committer waits at a closed
+ * gate holding the gates it entered before; a recount closes one gate and
+ * waits for the committers inside.  Entered in one order, a committer can
+ * only be waiting for a gate further along than any it holds, so waits
+ * cannot form a circle (two recounts each waiting for a committer that
+ * waits at the other's gate, until both give up).
+ */
+static void
+fs_gates_enter_in_order(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	FsClaimedRow *row;
+	FsQueue   **queues;
+	int			nqueues = 0;
+	long		capacity;
+	int			i;
+
+	/* At most one queue per entry of either table. */
+	capacity = hash_get_num_entries(xact_deltas) + hash_get_num_entries(xact_claimed);
+	if (capacity == 0)
+		return;
+	queues = palloc_extended(sizeof(FsQueue *) * capacity, MCXT_ALLOC_HUGE);
+	hash_seq_init(&seq, xact_deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		nqueues = fs_queue_set_add(queues, nqueues, delta->queue);
+	hash_seq_init(&seq, xact_claimed);
+	while ((row = hash_seq_search(&seq)) != NULL)
+		if (row->reserved)
+			nqueues = fs_queue_set_add(queues, nqueues, row->queue);
+	qsort(queues, nqueues, sizeof(FsQueue *), fs_queue_id_cmp);
+	for (i = 0; i < nqueues; i++)
+		fs_gate_enter_once(queues[i]);
+	pfree(queues);
+}
+
 /*
  * Before commit (SPI still allowed): end the leases of claimed rows that did
  * not leave the ready state (nobody runs them), and make sure every tenant
@@ -1412,19 +1472,7 @@ fs_pre_commit(void)
 	}
 
 	/* Last: from here until its changes are applied, a recount waits. */
-	if (hash_get_num_entries(xact_deltas) > 0)
-	{
-		hash_seq_init(&seq, xact_deltas);
-		while ((delta = hash_seq_search(&seq)) != NULL)
-			fs_gate_enter_once(delta->queue);
-	}
-	if (hash_get_num_entries(xact_claimed) > 0)
-	{
-		hash_seq_init(&seq, xact_claimed);
-		while ((row = hash_seq_search(&seq)) != NULL)
-			if (row->reserved)
-				fs_gate_enter_once(row->queue);
-	}
+	fs_gates_enter_in_order();
 }
 
 /* The clock, read once and only by a commit that needs it. */
