@@ -18,10 +18,15 @@
  * (work-conserving).
  *
  * Backlogged tenants (ready_rows > 0) sit in a binary min-heap on F per
- * queue, kept in chunks from a shared pool, under the queue's LWLock
- * (shmem.c rule 8).  Taking the smallest F picks the smallest start tag:
- * every tenant with F < V starts at V, and among equals the one idle
- * longest (smallest F) goes first, then by name, so order is deterministic.
+ * queue, kept in chunks found through a radix directory, both from shared
+ * pools (see "Shared memory" below), under the queue's LWLock (shmem.c rule
+ * 8).  Each tenant entry keeps its position in that heap
+ * (FsTenant.heap_index), which is under the queue's LWLock too, not under
+ * the entry's spinlock: every heap operation writes it, and a tenant is
+ * found in its heap in constant time.  Taking the smallest F picks the
+ * smallest start tag: every tenant with F < V starts at V, and among equals
+ * the one idle longest (smallest F) goes first, then by name, so order is
+ * deterministic.
  *
  * A claim (fs_claim) plans under the lock: it takes tenants off the heap in
  * order, checks each one's capacity (slots in use and the gate's ceiling),

@@ -81,7 +81,8 @@ typedef struct FsLimits
 typedef struct FsTenant
 {
 	FsTenantKey key;			/* hash key: must be first */
-	slock_t		mutex;			/* protects everything below */
+	slock_t		mutex;			/* protects everything below but
+								 * heap_index */
 	uint8		flags;
 	uint16		orphan_leases;	/* leases restored after a crash, not yet
 								 * renewed: they pin the entry */
