@@ -282,12 +282,13 @@ heap_span(int depth)
 static inline FsHeapItem *
 heap_at(const FsFairQueue *fq, int32 i)
 {
+	uint32		chunk = (uint32) i >> FS_HEAP_CHUNK_SHIFT;
 	int32		id = fq->heap_root;
 	int			shift;
 
+	/* The digits of the chunk number in base F, the highest first. */
 	for (shift = fq->heap_depth * FS_HEAP_FANOUT_SHIFT; shift > 0; shift -= FS_HEAP_FANOUT_SHIFT)
-		id = fs_fair->nodes[id].ids[((uint32) i >> (FS_HEAP_CHUNK_SHIFT + shift - FS_HEAP_FANOUT_SHIFT)) &
-									(FS_HEAP_FANOUT - 1)];
+		id = fs_fair->nodes[id].ids[(chunk >> (shift - FS_HEAP_FANOUT_SHIFT)) & (FS_HEAP_FANOUT - 1)];
 	return &fs_fair->chunks[((Size) id << FS_HEAP_CHUNK_SHIFT) + (i & (FS_HEAP_CHUNK - 1))];
 }
 
