@@ -18,10 +18,15 @@
  * (work-conserving).
  *
  * Backlogged tenants (ready_rows > 0) sit in a binary min-heap on F per
- * queue, kept in chunks from a shared pool, under the queue's LWLock
- * (shmem.c rule 8).  Taking the smallest F picks the smallest start tag:
- * every tenant with F < V starts at V, and among equals the one idle
- * longest (smallest F) goes first, then by name, so order is deterministic.
+ * queue, kept in chunks found through a radix directory, both from shared
+ * pools (see "Shared memory" below), under the queue's LWLock (shmem.c rule
+ * 8).  Each tenant entry keeps its position in that heap
+ * (FsTenant.heap_index), which is under the queue's LWLock too, not under
+ * the entry's spinlock: every heap operation writes it, and a tenant is
+ * found in its heap in constant time.  Taking the smallest F picks the
+ * smallest start tag: every tenant with F < V starts at V, and among equals
+ * the one idle longest (smallest F) goes first, then by name, so order is
+ * deterministic.
  *
  * A claim (fs_claim) plans under the lock: it takes tenants off the heap in
  * order, checks each one's capacity (slots in use and the gate's ceiling),
@@ -93,24 +98,76 @@ FsFairShared *fs_fair = NULL;
 
 /* ----------------------------------------------------------------
  * Shared memory
+ *
+ * Each queue's fair order is a binary heap of FsHeapItem, item i in chunk
+ * i / C at i % C (C = FS_HEAP_CHUNK).  A queue finds its chunks through a
+ * radix directory of fan-out F (FS_HEAP_FANOUT): a heap of k chunks has
+ * depth d, the least with F^d >= k (0 for one chunk: then the root is the
+ * chunk itself), and the chunk of item i is found by going down d nodes by
+ * the digits of i / C in base F, the highest first.  The depth grows at the
+ * root (the old root becomes the new one's first child) and shrinks there
+ * too, so heap_at() costs d + 1 loads: one up to C items, two up to C F
+ * (2,048), three up to C F^2 (262,144), four up to C F^3 (33 million, more
+ * than fairshare.max_tenants allows).
+ *
+ * Chunks and directory nodes come from two pools shared by every queue.
+ * Nothing is sized per (queue, tenant) pair: the pools are sized so that any
+ * spread of at most N = max_tenants items over at most Q = max_queues heaps
+ * fits, as follows.
+ *
+ * Let m be the tenants of a queue marked FS_TENANT_QUEUED (in its heap, or
+ * set aside by a claim's planning) and k its chunks.  A heap takes a chunk
+ * only when its items fill the chunks it has, so right after k <=
+ * ceil(m / C); heap_shrink() gives chunks back down to one spare beyond
+ * those m items fill (all but one when m = 0), and runs before a tenant
+ * leaving the heap loses its mark.  So at every instant k <= 1 when m = 0,
+ * and k <= ceil(m / C) + 1 <= (m + C - 1) / C + 1 otherwise.  An entry is
+ * marked in at most one heap (its queue's), and the tenant table holds at
+ * most N entries: the m add up to at most N, and at most Q' = min(Q, N)
+ * queues have m >= 1.  Summing over the queues:
+ *
+ *	 chunks <= (N + (C - 1) Q') / C + Q
+ *
+ * A heap of k >= 2 chunks has ceil(k / F^l) nodes at each level l = 1 .. d.
+ * Over a tree's nodes, (children - 1) adds up to k - 1, so at most
+ * (k - 1) / (F - 1) nodes are full; the others are the last of their level,
+ * at most d of them, and d - 1 <= (k - 1) / (F - 1) because
+ * k > F^(d - 1).  So a heap takes at most 1 + 2 (k - 1) / (F - 1) nodes,
+ * none with k <= 1, and with k - 1 <= (m + C - 1) / C:
+ *
+ *	 nodes <= Q' + 2 (N + (C - 1) Q') / (C (F - 1))
+ *
+ * With C = 16, F = 128, FsHeapItem of 32 bytes and nodes of 512: 32 bytes
+ * per tenant plus two 512-byte chunks per queue, and a node per queue plus
+ * one per 1,016 tenants.  README.md gives the totals for a few settings.
  * ----------------------------------------------------------------
  */
 
-static int32
-fs_chunks_per_queue(void)
+/* Queues that can have a tenant in their fair order at once: Q' above. */
+static int64
+fs_heap_busy_queues(void)
 {
-	return (fs_max_tenants + FS_HEAP_CHUNK - 1) / FS_HEAP_CHUNK + 1;
+	return Min((int64) fs_max_queues, (int64) fs_max_tenants);
 }
 
-/*
- * Each tenant entry is in at most one heap, so the heaps together hold at
- * most fs_max_tenants items; a queue keeps at most one chunk it does not
- * fill, and a partly filled one: two chunks per queue cover the rounding.
- */
+/* Chunks in the pool: the bound proved above. */
 static int32
-fs_pool_chunks(void)
+fs_heap_pool_chunks(void)
 {
-	return (fs_max_tenants + FS_HEAP_CHUNK - 1) / FS_HEAP_CHUNK + 2 * fs_max_queues + 1;
+	int64		busy = fs_heap_busy_queues();
+
+	return (int32) ((fs_max_tenants + (FS_HEAP_CHUNK - 1) * busy) / FS_HEAP_CHUNK +
+					fs_max_queues);
+}
+
+/* Directory nodes in the pool: the bound proved above. */
+static int32
+fs_heap_pool_nodes(void)
+{
+	int64		busy = fs_heap_busy_queues();
+
+	return (int32) (busy + 2 * (fs_max_tenants + (FS_HEAP_CHUNK - 1) * busy) /
+					((int64) FS_HEAP_CHUNK * (FS_HEAP_FANOUT - 1)));
 }
 
 static Size
@@ -121,11 +178,10 @@ fs_fair_struct_size(void)
 	size = add_size(offsetof(FsFairShared, queues),
 					mul_size(sizeof(FsFairQueue), fs_max_queues));
 	size = MAXALIGN(size);
-	size = add_size(size, MAXALIGN(mul_size(mul_size(sizeof(int32), fs_chunks_per_queue()),
-											fs_max_queues)));
-	size = add_size(size, MAXALIGN(mul_size(sizeof(int32), fs_pool_chunks())));
+	size = add_size(size, MAXALIGN(mul_size(sizeof(int32), fs_heap_pool_chunks())));
 	size = add_size(size, mul_size(mul_size(sizeof(FsHeapItem), FS_HEAP_CHUNK),
-								   fs_pool_chunks()));
+								   fs_heap_pool_chunks()));
+	size = add_size(size, mul_size(sizeof(FsHeapDirNode), fs_heap_pool_nodes()));
 	return size;
 }
 
@@ -152,19 +208,17 @@ fs_fairqueue_shmem_init(void)
 	fs_fair = ShmemInitStruct("fairshare fair dequeue", fs_fair_struct_size(), &found);
 	if (!found)
 	{
-		int32		per_queue = fs_chunks_per_queue();
-		int32		nchunks = fs_pool_chunks();
+		int32		nchunks = fs_heap_pool_chunks();
+		int32		nnodes = fs_heap_pool_nodes();
 
 		memset(fs_fair, 0, offsetof(FsFairShared, queues) + sizeof(FsFairQueue) * fs_max_queues);
 		locks = GetNamedLWLockTranche("fairshare fair dequeue");
 		pg_atomic_init_u32(&fs_fair->registration_generation, 1);
 		SpinLockInit(&fs_fair->pool_mutex);
-		fs_fair->chunks_per_queue = per_queue;
 		fs_fair->pool_chunks = nchunks;
+		fs_fair->pool_nodes = nnodes;
 		fs_fair->claim_locks = &locks[fs_max_queues];
 
-		p = (char *) fs_fair + MAXALIGN(offsetof(FsFairShared, queues) +
-										sizeof(FsFairQueue) * fs_max_queues);
 		for (i = 0; i < fs_max_queues; i++)
 		{
 			FsFairQueue *fq = &fs_fair->queues[i];
@@ -174,16 +228,24 @@ fs_fairqueue_shmem_init(void)
 			pg_atomic_init_u64(&fq->latency_sampled_at, 0);
 			fq->avg_cost = 1.0;
 			fq->avg_runtime_ms = 1.0;
-			fq->chunk_ids = (int32 *) p + (Size) i * per_queue;
+			fq->heap_root = -1;
 		}
-		p += MAXALIGN(sizeof(int32) * (Size) per_queue * fs_max_queues);
-		fs_fair->pool_next = (int32 *) p;
+		p = (char *) fs_fair + MAXALIGN(offsetof(FsFairShared, queues) +
+										sizeof(FsFairQueue) * fs_max_queues);
+		fs_fair->chunk_next = (int32 *) p;
 		p += MAXALIGN(sizeof(int32) * (Size) nchunks);
-		fs_fair->pool = (FsHeapItem *) p;
+		fs_fair->chunks = (FsHeapItem *) p;
+		p += sizeof(FsHeapItem) * FS_HEAP_CHUNK * (Size) nchunks;
+		fs_fair->nodes = (FsHeapDirNode *) p;
 
 		for (i = 0; i < nchunks; i++)
-			fs_fair->pool_next[i] = i + 1 < nchunks ? i + 1 : -1;
-		fs_fair->pool_free = 0;
+			fs_fair->chunk_next[i] = i + 1 < nchunks ? i + 1 : -1;
+		fs_fair->chunk_free = nchunks > 0 ? 0 : -1;
+		fs_fair->chunks_unused = nchunks;
+		for (i = 0; i < nnodes; i++)
+			fs_fair->nodes[i].ids[0] = i + 1 < nnodes ? i + 1 : -1;
+		fs_fair->node_free = nnodes > 0 ? 0 : -1;
+		fs_fair->nodes_unused = nnodes;
 	}
 	fs_claim_map_shmem_init();
 }
@@ -202,15 +264,32 @@ fs_fair_queue(FsQueue *queue)
 
 /* ----------------------------------------------------------------
  * The heap (caller holds fq->lock exclusively)
+ *
+ * Every operation that puts an item at a position writes that position to
+ * the item's tenant entry (FsTenant.heap_index), so a tenant is found in
+ * its heap in constant time (heap_find).
  * ----------------------------------------------------------------
  */
 
-static inline FsHeapItem *
-heap_at(FsFairQueue *fq, int32 i)
+/* Chunks a directory of `depth` levels can address: F^depth. */
+static inline int64
+heap_span(int depth)
 {
-	Size		chunk = (Size) fq->chunk_ids[i >> FS_HEAP_CHUNK_SHIFT];
+	return (int64) 1 << (depth * FS_HEAP_FANOUT_SHIFT);
+}
 
-	return &fs_fair->pool[(chunk << FS_HEAP_CHUNK_SHIFT) + (i & (FS_HEAP_CHUNK - 1))];
+/* Item i of the heap (i < nchunks * FS_HEAP_CHUNK): down the directory. */
+static inline FsHeapItem *
+heap_at(const FsFairQueue *fq, int32 i)
+{
+	uint32		chunk = (uint32) i >> FS_HEAP_CHUNK_SHIFT;
+	int32		id = fq->heap_root;
+	int			shift;
+
+	/* The digits of the chunk number in base F, the highest first. */
+	for (shift = fq->heap_depth * FS_HEAP_FANOUT_SHIFT; shift > 0; shift -= FS_HEAP_FANOUT_SHIFT)
+		id = fs_fair->nodes[id].ids[(chunk >> (shift - FS_HEAP_FANOUT_SHIFT)) & (FS_HEAP_FANOUT - 1)];
+	return &fs_fair->chunks[((Size) id << FS_HEAP_CHUNK_SHIFT) + (i & (FS_HEAP_CHUNK - 1))];
 }
 
 /* Order: smaller tag first, then by name (tenant keys never change). */
@@ -224,30 +303,74 @@ heap_less(const FsHeapItem *a, const FsHeapItem *b)
 
 #ifdef FS_DEBUG
 /*
- * The debug build's check of a queue's fair order: a heap (no child before
- * its parent), every listed tenant marked as listed (the mark is its pin),
- * and a finite virtual time.  Takes the queue's lock shared; reports after
- * letting go of it.
+ * The directory of a queue, checked: every id on the way to each chunk in
+ * range, the depth the least that addresses the chunks, and no more chunks
+ * than the pools' sizing allows (one spare beyond those the items fill).
+ * Caller holds fq->lock (no claim is planning: no item is set aside).
+ */
+static bool
+heap_directory_ok(const FsFairQueue *fq)
+{
+	int32		needed = (fq->nitems + FS_HEAP_CHUNK - 1) / FS_HEAP_CHUNK;
+	int			depth = 0;
+	int32		k;
+
+	if (fq->nchunks < needed || fq->nchunks > Max(needed + 1, 1))
+		return false;
+	if (fq->nchunks == 0)
+		return fq->heap_root == -1 && fq->heap_depth == 0;
+	while (heap_span(depth) < fq->nchunks)
+		depth++;
+	if (fq->heap_depth != depth || depth > FS_HEAP_MAX_DEPTH)
+		return false;
+	for (k = 0; k < fq->nchunks; k++)
+	{
+		int32		id = fq->heap_root;
+		int			level;
+
+		for (level = fq->heap_depth; level > 0; level--)
+		{
+			if (id < 0 || id >= fs_fair->pool_nodes)
+				return false;
+			id = fs_fair->nodes[id].ids[(k >> ((level - 1) * FS_HEAP_FANOUT_SHIFT)) &
+										(FS_HEAP_FANOUT - 1)];
+		}
+		if (id < 0 || id >= fs_fair->pool_chunks)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The debug build's check of a queue's fair order: its directory sound, a
+ * heap (no child before its parent), every listed tenant marked as listed
+ * (the mark is its pin) and knowing its position, and a finite virtual
+ * time.  Takes the queue's lock shared; reports after letting go of it.
  */
 static void
 fs_fair_debug_check(FsFairQueue *fq)
 {
+	bool		directory;
 	bool		ordered = true;
 	bool		pinned = true;
+	bool		positioned = true;
 	bool		finite;
 	int32		i;
 
 	if (fq == NULL)
 		return;
 	LWLockAcquire(fq->lock, LW_SHARED);
+	directory = heap_directory_ok(fq);
 	finite = !isnan(fq->vtime) && !isinf(fq->vtime);
-	for (i = 0; i < fq->nitems; i++)
+	for (i = 0; directory && i < fq->nitems; i++)
 	{
 		FsHeapItem *item = heap_at(fq, i);
 		uint8		flags;
 
 		if (i > 0 && heap_less(item, heap_at(fq, (i - 1) / 2)))
 			ordered = false;
+		if (item->tenant->heap_index != i)
+			positioned = false;
 		SpinLockAcquire(&item->tenant->mutex);
 		flags = item->tenant->flags;
 		SpinLockRelease(&item->tenant->mutex);
@@ -255,8 +378,10 @@ fs_fair_debug_check(FsFairQueue *fq)
 			pinned = false;
 	}
 	LWLockRelease(fq->lock);
+	FS_INVARIANT(directory);
 	FS_INVARIANT(ordered);
 	FS_INVARIANT(pinned);
+	FS_INVARIANT(positioned);
 	FS_INVARIANT(finite);
 }
 #define FS_FAIR_DEBUG_CHECK(fq) fs_fair_debug_check(fq)
@@ -264,49 +389,77 @@ fs_fair_debug_check(FsFairQueue *fq)
 #define FS_FAIR_DEBUG_CHECK(fq) ((void) 0)
 #endif
 
-static inline void
-heap_swap(FsFairQueue *fq, int32 i, int32 j)
-{
-	FsHeapItem *a = heap_at(fq, i);
-	FsHeapItem *b = heap_at(fq, j);
-	FsHeapItem	tmp = *a;
-
-	*a = *b;
-	*b = tmp;
-}
-
+/*
+ * Move the item at position i up to its place.  The item moving is held
+ * aside and each parent it passes moves down into the hole: one copy and one
+ * position written per level.
+ */
 static void
 heap_sift_up(FsFairQueue *fq, int32 i)
 {
+	FsHeapItem *hole = heap_at(fq, i);
+	FsHeapItem	moving = *hole;
+
 	while (i > 0)
 	{
 		int32		parent = (i - 1) / 2;
+		FsHeapItem *above = heap_at(fq, parent);
 
-		if (!heap_less(heap_at(fq, i), heap_at(fq, parent)))
+		if (!heap_less(&moving, above))
 			break;
-		heap_swap(fq, i, parent);
+		*hole = *above;
+		hole->tenant->heap_index = i;
+		hole = above;
 		i = parent;
 	}
+	*hole = moving;
+	moving.tenant->heap_index = i;
 }
 
+/* Move the item at position i down to its place, as heap_sift_up() does. */
 static void
 heap_sift_down(FsFairQueue *fq, int32 i)
 {
+	FsHeapItem *hole = heap_at(fq, i);
+	FsHeapItem	moving = *hole;
+
 	for (;;)
 	{
-		int32		left = 2 * i + 1;
-		int32		right = left + 1;
-		int32		min = i;
+		int32		child = 2 * i + 1;
+		FsHeapItem *below;
 
-		if (left < fq->nitems && heap_less(heap_at(fq, left), heap_at(fq, min)))
-			min = left;
-		if (right < fq->nitems && heap_less(heap_at(fq, right), heap_at(fq, min)))
-			min = right;
-		if (min == i)
+		if (child >= fq->nitems)
 			break;
-		heap_swap(fq, i, min);
-		i = min;
+		below = heap_at(fq, child);
+		if (child + 1 < fq->nitems)
+		{
+			FsHeapItem *right = heap_at(fq, child + 1);
+
+			if (heap_less(right, below))
+			{
+				child++;
+				below = right;
+			}
+		}
+		if (!heap_less(below, &moving))
+			break;
+		*hole = *below;
+		hole->tenant->heap_index = i;
+		hole = below;
+		i = child;
 	}
+	*hole = moving;
+	moving.tenant->heap_index = i;
+}
+
+/* The item at position i has a new key: move it up or down to its place. */
+static void
+heap_fix(FsFairQueue *fq, int32 i)
+{
+	if (i > 0 && heap_less(heap_at(fq, i), heap_at(fq, (i - 1) / 2)))
+		heap_sift_up(fq, i);
+	else
+		heap_sift_down(fq, i);
 }
 
 static void
@@ -318,38 +471,142 @@ heap_rebuild(FsFairQueue *fq)
 		heap_sift_down(fq, i);
 }
 
-/* Take a chunk from the pool for the next items; false if there is none. */
+/*
+ * Take a chunk from the pool for the items from nchunks * FS_HEAP_CHUNK on,
+ * with the directory nodes its way down needs: a new root when the
+ * directory is full at its depth, and a node at each level below where the
+ * new chunk is the first one that node covers.  All or nothing: false, and
+ * nothing changed, if a pool has too little (its sizing says it cannot).
+ */
 static bool
 heap_grow(FsFairQueue *fq)
 {
+	int64		k = fq->nchunks;
+	int			depth = fq->heap_depth;
+	bool		new_root = k > 0 && k == heap_span(depth);
+	int32		taken[FS_HEAP_MAX_DEPTH];
+	int			need = 0;
+	int			used = 0;
 	int32		chunk;
+	int32		id;
+	int			level;
+	int			j;
 
-	if (fq->nchunks >= fs_fair->chunks_per_queue)
+	if (new_root)
+		depth++;
+	if (depth > FS_HEAP_MAX_DEPTH)
 		return false;
+	for (level = 1; level < depth; level++)
+		if (k % heap_span(level) == 0)
+			need++;
+	need += new_root ? 1 : 0;
+
 	SpinLockAcquire(&fs_fair->pool_mutex);
-	chunk = fs_fair->pool_free;
-	if (chunk >= 0)
-		fs_fair->pool_free = fs_fair->pool_next[chunk];
-	SpinLockRelease(&fs_fair->pool_mutex);
-	if (chunk < 0)
+	if (fs_fair->chunks_unused < 1 || fs_fair->nodes_unused < need)
+	{
+		SpinLockRelease(&fs_fair->pool_mutex);
 		return false;
-	fq->chunk_ids[fq->nchunks++] = chunk;
+	}
+	chunk = fs_fair->chunk_free;
+	fs_fair->chunk_free = fs_fair->chunk_next[chunk];
+	fs_fair->chunks_unused--;
+	for (j = 0; j < need; j++)
+	{
+		taken[j] = fs_fair->node_free;
+		fs_fair->node_free = fs_fair->nodes[taken[j]].ids[0];
+	}
+	fs_fair->nodes_unused -= need;
+	SpinLockRelease(&fs_fair->pool_mutex);
+
+	/* Link them in (the heap is ours: fq->lock is held exclusively). */
+	if (new_root)
+	{
+		id = taken[used++];
+		fs_fair->nodes[id].ids[0] = fq->heap_root;
+		fq->heap_root = id;
+		fq->heap_depth = depth;
+	}
+	if (depth == 0)
+		fq->heap_root = chunk;
+	else
+	{
+		id = fq->heap_root;
+		for (level = depth; level > 1; level--)
+		{
+			int			digit = (int) ((k >> ((level - 1) * FS_HEAP_FANOUT_SHIFT)) &
+									   (FS_HEAP_FANOUT - 1));
+
+			if (k % heap_span(level - 1) == 0)
+				fs_fair->nodes[id].ids[digit] = taken[used++];
+			id = fs_fair->nodes[id].ids[digit];
+		}
+		fs_fair->nodes[id].ids[k & (FS_HEAP_FANOUT - 1)] = chunk;
+	}
+	Assert(used == need);
+	fq->nchunks++;
 	return true;
 }
 
-/* Give back chunks beyond one spare. */
+/*
+ * Give the last chunk back to the pool, with the directory nodes that cover
+ * only it, and lower the directory by a level when the chunks left fit one
+ * level less.
+ */
 static void
-heap_shrink(FsFairQueue *fq)
+heap_release_last_chunk(FsFairQueue *fq)
 {
-	while (fq->nchunks > 1 && fq->nitems <= (fq->nchunks - 2) * FS_HEAP_CHUNK)
-	{
-		int32		chunk = fq->chunk_ids[--fq->nchunks];
+	int64		k = fq->nchunks - 1;
+	int32		freed[FS_HEAP_MAX_DEPTH];
+	int			nfreed = 0;
+	int32		id = fq->heap_root;
+	int			level;
+	int			j;
 
-		SpinLockAcquire(&fs_fair->pool_mutex);
-		fs_fair->pool_next[chunk] = fs_fair->pool_free;
-		fs_fair->pool_free = chunk;
-		SpinLockRelease(&fs_fair->pool_mutex);
+	Assert(k >= 0);
+	for (level = fq->heap_depth; level > 0; level--)
+	{
+		id = fs_fair->nodes[id].ids[(k >> ((level - 1) * FS_HEAP_FANOUT_SHIFT)) &
+									(FS_HEAP_FANOUT - 1)];
+		/* A node below the root whose first chunk is this one is emptied. */
+		if (level > 1 && k % heap_span(level - 1) == 0)
+			freed[nfreed++] = id;
 	}
+	/* id is the chunk now; below the root nothing is read any more. */
+	fq->nchunks--;
+	if (fq->nchunks == 0)
+		fq->heap_root = -1;
+	else if (fq->heap_depth > 0 && fq->nchunks <= heap_span(fq->heap_depth - 1))
+	{
+		freed[nfreed++] = fq->heap_root;
+		fq->heap_root = fs_fair->nodes[fq->heap_root].ids[0];
+		fq->heap_depth--;
+	}
+
+	SpinLockAcquire(&fs_fair->pool_mutex);
+	fs_fair->chunk_next[id] = fs_fair->chunk_free;
+	fs_fair->chunk_free = id;
+	fs_fair->chunks_unused++;
+	for (j = 0; j < nfreed; j++)
+	{
+		fs_fair->nodes[freed[j]].ids[0] = fs_fair->node_free;
+		fs_fair->node_free = freed[j];
+	}
+	fs_fair->nodes_unused += nfreed;
+	SpinLockRelease(&fs_fair->pool_mutex);
+}
+
+/*
+ * Give back chunks beyond one spare, counting `reserved` items that are not
+ * in the heap but will be pushed back (a plan's set-aside tenants).  Called
+ * whenever the heap lost items, before the tenants that left lose their
+ * FS_TENANT_QUEUED mark: that keeps the pools' sizing (above) true.
+ */
+static void
+heap_shrink(FsFairQueue *fq, int32 reserved)
+{
+	while (fq->nchunks > 1 &&
+		   (int64) fq->nitems + reserved <= (int64) (fq->nchunks - 2) * FS_HEAP_CHUNK)
+		heap_release_last_chunk(fq);
 }
 
 static bool
@@ -365,41 +622,62 @@ heap_push(FsFairQueue *fq, const FsHeapItem *item)
 	return true;
 }
 
-/* Remove item i (chunks are kept until heap_shrink). */
+/*
+ * Remove item i (chunks are kept until heap_shrink).  The tenant's position
+ * is cleared; its FS_TENANT_QUEUED mark is the caller's.
+ */
 static void
 heap_remove(FsFairQueue *fq, int32 i)
 {
+	FsHeapItem *hole = heap_at(fq, i);
 	int32		last = fq->nitems - 1;
 
-	if (heap_at(fq, i)->min_slots > 0)
+	if (hole->min_slots > 0)
 		fq->nfloor--;
+	hole->tenant->heap_index = -1;
+	fq->nitems--;
 	if (i != last)
 	{
-		*heap_at(fq, i) = *heap_at(fq, last);
-		fq->nitems--;
-		heap_sift_up(fq, i);
-		heap_sift_down(fq, i);
+		*hole = *heap_at(fq, last);
+		hole->tenant->heap_index = i;
+		heap_fix(fq, i);
 	}
-	else
-		fq->nitems--;
 }
 
+/*
+ * Position of `tenant` in the heap, or -1: from the position it keeps,
+ * checked against the heap (constant time).
+ */
 static int32
 heap_find(FsFairQueue *fq, const FsTenant *tenant)
 {
-	int32		i;
+	int32		i = tenant->heap_index;
 
-	for (i = 0; i < fq->nitems; i++)
-		if (heap_at(fq, i)->tenant == tenant)
-			return i;
+	if (i >= 0 && i < fq->nitems && heap_at(fq, i)->tenant == tenant)
+		return i;
 	return -1;
+}
+
+/*
+ * Push `item`, whose tenant the caller marked FS_TENANT_QUEUED, onto the
+ * heap.  If the pools have no room (they cannot lack it, by their sizing)
+ * the tenant is left out, unmarked, and counted as failing open.
+ */
+static void
+fs_fair_push_locked(FsFairQueue *fq, const FsHeapItem *item)
+{
+	if (heap_push(fq, item))
+		return;
+	SpinLockAcquire(&item->tenant->mutex);
+	item->tenant->flags &= ~FS_TENANT_QUEUED;
+	SpinLockRelease(&item->tenant->mutex);
+	item->tenant->heap_index = -1;
+	fq->counters.fail_open++;
 }
 
 /*
  * Put `entry` (pinned by the caller) in the fair order if it has ready rows
  * (or `always`) and is not there yet.  Caller holds fq->lock exclusively.
- * If the chunk pool is exhausted (it cannot be, by its sizing) the tenant is
- * left out and counted as failing open.
  */
 static void
 fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always)
@@ -423,13 +701,7 @@ fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always)
 	item.tenant = entry;
 	item.dry_until = 0;
 	item.pad = 0;
-	if (!heap_push(fq, &item))
-	{
-		SpinLockAcquire(&entry->mutex);
-		entry->flags &= ~FS_TENANT_QUEUED;
-		SpinLockRelease(&entry->mutex);
-		fq->counters.fail_open++;
-	}
+	fs_fair_push_locked(fq, &item);
 }
 
 /*
@@ -455,8 +727,7 @@ fs_fair_shift_tag_locked(FsFairQueue *fq, FsTenant *entry, float8 delta)
 	if (i >= 0)
 	{
 		heap_at(fq, i)->key = f;
-		heap_sift_up(fq, i);
-		heap_sift_down(fq, i);
+		heap_fix(fq, i);
 	}
 }
 
@@ -544,7 +815,7 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 			heap_at(fq, i)->dry_until = c->now + FS_DRY_RETRY_USECS;
 		fq->counters.short_probes++;
 	}
-	heap_shrink(fq);
+	heap_shrink(fq, 0);
 	LWLockRelease(fq->lock);
 	fs_tenant_close(&ref);
 }
@@ -631,25 +902,30 @@ void
 fs_fair_forget(FsQueue *queue)
 {
 	FsFairQueue *fq = fs_fair_queue(queue);
-	int32		i;
 
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-	for (i = 0; i < fq->nitems; i++)
-	{
-		FsTenant   *entry = heap_at(fq, i)->tenant;
 
+	/*
+	 * From the last item down, each chunk given back as it empties, before
+	 * the tenants it held lose their mark (the pools' sizing counts on it).
+	 */
+	while (fq->nitems > 0)
+	{
+		FsTenant   *entry = heap_at(fq, fq->nitems - 1)->tenant;
+
+		fq->nitems--;
+		entry->heap_index = -1;
+		heap_shrink(fq, 0);
 		SpinLockAcquire(&entry->mutex);
 		entry->ready_rows = 0;
 		entry->flags &= ~(FS_TENANT_QUEUED | FS_TENANT_DRY);
 		SpinLockRelease(&entry->mutex);
 	}
-	fq->nitems = 0;
 	fq->nfloor = 0;
 	fq->rows_without_tenant = 0;
 	fq->untracked_rows = 0;
 	fq->synced = false;
 	fq->forget_gen++;
-	heap_shrink(fq);
 	LWLockRelease(fq->lock);
 }
 
@@ -959,17 +1235,35 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		int32		planned = pt ? pt->planned : 0;
 		FsTenantView v;
 		int32		min_slots;
+		bool		drained;
 
 		SpinLockAcquire(&entry->mutex);
-		if (entry->ready_rows == 0 && !fq->resyncing)
+		drained = entry->ready_rows == 0 && !fq->resyncing;
+		min_slots = entry->min_slots;
+		SpinLockRelease(&entry->mutex);
+		if (drained)
 		{
+			FsHeapItem	item = *top;
+
 			/*
-			 * Drained: it leaves the fair order (and stops pinning).  A
-			 * negative count stays, to be adjusted by the next recount.
+			 * Drained: it leaves the fair order (and stops pinning), with
+			 * its chunk given back before its mark goes (the pools' sizing
+			 * counts on that order).  If rows came meanwhile, their commit
+			 * saw it listed: it goes back.  A negative count stays, to be
+			 * adjusted by the next recount.
 			 */
-			entry->flags &= ~(FS_TENANT_QUEUED | FS_TENANT_DRY);
-			SpinLockRelease(&entry->mutex);
 			heap_remove(fq, 0);
+			heap_shrink(fq, plan->naside);
+			SpinLockAcquire(&entry->mutex);
+			drained = entry->ready_rows == 0;
+			if (drained)
+				entry->flags &= ~(FS_TENANT_QUEUED | FS_TENANT_DRY);
+			SpinLockRelease(&entry->mutex);
+			if (!drained)
+			{
+				fs_fair_push_locked(fq, &item);
+				continue;
+			}
 
 			/*
 			 * The end of a busy period: as start-time fair queueing does, V
@@ -981,8 +1275,6 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 				fq->vtime = Max(fq->vtime, fq->max_finish);
 			continue;
 		}
-		min_slots = entry->min_slots;
-		SpinLockRelease(&entry->mutex);
 
 		/* Keep the cached floor current. */
 		if ((top->min_slots > 0) != (min_slots > 0))
@@ -1008,11 +1300,15 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		heap_sift_down(fq, 0);
 	}
 
-	/* Put back what was set aside; no chunk was given back meanwhile. */
+	/*
+	 * Put back what was set aside: the chunks for them were kept (heap_shrink
+	 * counted them), so this needs no new chunk unless a drained tenant's new
+	 * rows took one.
+	 */
 	for (i = 0; i < plan->naside; i++)
-		(void) heap_push(fq, &plan->aside[i]);
+		fs_fair_push_locked(fq, &plan->aside[i]);
 	plan->naside = 0;
-	heap_shrink(fq);
+	heap_shrink(fq, 0);
 	plan->vtime_after = fq->vtime;
 	LWLockRelease(fq->lock);
 }

@@ -25,9 +25,17 @@
 #include "fairqueue.h"
 #include "run_as.h"
 
-/* Heap entries are kept in chunks of this many (a power of two). */
-#define FS_HEAP_CHUNK_SHIFT		6
+/*
+ * Heap entries are kept in chunks of this many (a power of two), found
+ * through a radix directory whose nodes hold this many ids each (also a
+ * power of two), at most FS_HEAP_MAX_DEPTH nodes deep: up to 2^32 items.
+ * fairqueue.c explains the layout and proves the pools' sizes.
+ */
+#define FS_HEAP_CHUNK_SHIFT		4
 #define FS_HEAP_CHUNK			(1 << FS_HEAP_CHUNK_SHIFT)
+#define FS_HEAP_FANOUT_SHIFT	7
+#define FS_HEAP_FANOUT			(1 << FS_HEAP_FANOUT_SHIFT)
+#define FS_HEAP_MAX_DEPTH		4
 
 /* Partitions of the claim map; a power of two. */
 #define FS_CLAIM_PARTITIONS		32
@@ -62,6 +70,16 @@ typedef struct FsHeapItem
 	int32		pad;
 } FsHeapItem;
 
+/*
+ * A node of a heap's directory: the ids of the chunks (at the lowest level)
+ * or of the nodes of the level below.  A free node links the free list
+ * through ids[0].
+ */
+typedef struct FsHeapDirNode
+{
+	int32		ids[FS_HEAP_FANOUT];
+} FsHeapDirNode;
+
 /* Per-queue counters (fs_fairness), zeroed by fs_reset(). */
 typedef struct FsFairCounters
 {
@@ -76,7 +94,8 @@ typedef struct FsFairCounters
 
 /*
  * Fair-order state of a queue, by queue_id.  Everything is under `lock`
- * (shmem.c rule 8), except the chunk ids' storage, which is the queue's own.
+ * (shmem.c rule 8), and so are the chunks and directory nodes of its heap,
+ * and the heap_index of each tenant entry in it.
  */
 typedef struct FsFairQueue
 {
@@ -100,7 +119,10 @@ typedef struct FsFairQueue
 											 * oldest ready row's age */
 	uint32		limits_generation;	/* of the min_slots cached in the heap */
 	int32		nitems;
-	int32		nchunks;
+	int32		nchunks;		/* chunks holding items 0 .. nitems - 1 */
+	int32		heap_root;		/* the chunk (heap_depth 0) or the directory
+								 * node at the top; -1 with no chunk */
+	int32		heap_depth;		/* directory levels above the chunks */
 	int32		nfloor;			/* heap entries with min_slots > 0 */
 	int64		rows_without_tenant;	/* ready rows whose tenant is NULL or
 										 * not a valid name: never claimed */
@@ -108,19 +130,22 @@ typedef struct FsFairQueue
 								 * room for: claimed without fair order */
 	TimestampTz last_resync_at;
 	FsFairCounters counters;
-	int32	   *chunk_ids;		/* nchunks ids into the chunk pool */
 } FsFairQueue;
 
 typedef struct FsFairShared
 {
 	pg_atomic_uint32 registration_generation;	/* bumped when fs_fair_queues
 												 * commits a change */
-	slock_t		pool_mutex;		/* the chunk pool's free list */
-	int32		pool_free;		/* first free chunk, -1 if none */
-	int32		pool_chunks;
-	int32		chunks_per_queue;
-	int32	   *pool_next;
-	FsHeapItem *pool;
+	slock_t		pool_mutex;		/* the two pools' free lists and counts */
+	int32		chunk_free;		/* first free chunk, -1 if none */
+	int32		node_free;		/* first free directory node, -1 if none */
+	int32		chunks_unused;	/* chunks on the free list */
+	int32		nodes_unused;	/* directory nodes on the free list */
+	int32		pool_chunks;	/* chunks in all (fs_heap_pool_chunks()) */
+	int32		pool_nodes;		/* directory nodes in all */
+	int32	   *chunk_next;		/* the chunks' free list: next free chunk */
+	FsHeapItem *chunks;			/* pool_chunks * FS_HEAP_CHUNK items */
+	FsHeapDirNode *nodes;		/* pool_nodes directory nodes */
 	LWLockPadded *claim_locks;
 	FsFairQueue queues[FLEXIBLE_ARRAY_MEMBER];
 } FsFairShared;

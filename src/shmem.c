@@ -70,7 +70,10 @@
  *	  never the other way round.  Every write of FsTenant.virtual_finish is
  *	  made under the queue's fair-order lock.  A tenant listed in the fair
  *	  order carries FS_TENANT_QUEUED, which pins it like a held slot (rule 2),
- *	  so the heap may keep pointers to it.  The claim map (rows claimed ->
+ *	  so the heap may keep pointers to it.  FsTenant.heap_index, the entry's
+ *	  position in that heap, is the one field of an entry NOT under its
+ *	  spinlock: it is read and written only under the fair-order lock of the
+ *	  entry's queue (exclusive to write), like the heap itself.  The claim map (rows claimed ->
  *	  leases, for automatic release) is a partitioned hash with its own
  *	  LWLocks, never held together with any other fairshare lock.  Each
  *	  queue also has a commit gate (an atomic counter): a transaction that
@@ -127,7 +130,7 @@ static HTAB *fs_local_queues = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-StaticAssertDecl(sizeof(FsTenant) <= 224,
+StaticAssertDecl(sizeof(FsTenant) <= 240,
 				 "a tenant entry must fit in 256 bytes with the hash table's overhead");
 
 static uint32
@@ -430,6 +433,7 @@ fs_tenant_init(FsTenant *entry, TimestampTz now)
 	entry->throttle = 1.0;
 	entry->touched_at = now;
 	entry->earliest_expiry = DT_NOEND;
+	entry->heap_index = -1;		/* in no fair order (nobody else sees it yet) */
 }
 
 /*

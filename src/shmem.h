@@ -58,8 +58,9 @@ typedef struct FsQueue
 
 /*
  * A (queue, tenant) entry.  Everything fairshare decides for a tenant is
- * kept here; it is meant to stay within 224 bytes so that an entry with the
- * hash table's own overhead fits in 256 (checked at compile time in shmem.c).
+ * kept here; it is meant to stay within 240 bytes so that an entry with the
+ * hash table's own element header (16 bytes) fits in 256 (checked at compile
+ * time in shmem.c).
  */
 typedef struct FsTenantKey
 {
@@ -80,7 +81,8 @@ typedef struct FsLimits
 typedef struct FsTenant
 {
 	FsTenantKey key;			/* hash key: must be first */
-	slock_t		mutex;			/* protects everything below */
+	slock_t		mutex;			/* protects everything below but
+								 * heap_index */
 	uint8		flags;
 	uint16		orphan_leases;	/* leases restored after a crash, not yet
 								 * renewed: they pin the entry */
@@ -100,6 +102,9 @@ typedef struct FsTenant
 	uint64		leases_expired;
 	uint64		failed_to_deliver;
 	float8		served_ms;		/* work served, for fairness metrics */
+	/* Not under `mutex`: under the fair-order lock of the entry's queue. */
+	int32		heap_index;		/* with FS_TENANT_QUEUED: its position in
+								 * the queue's fair order (fairqueue.c) */
 } FsTenant;
 
 /* FsTenant.flags */
