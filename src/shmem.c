@@ -94,6 +94,7 @@
 #include "budget.h"
 #include "fairqueue.h"
 #include "gate.h"
+#include "lockstats.h"
 #include "tenant_limits.h"
 #include "shmem.h"
 #include "slots.h"
@@ -178,6 +179,7 @@ fs_shmem_size(void)
 	size = add_size(size, fs_tiers_shmem_size());
 	size = add_size(size, fs_worker_shmem_size());
 	size = add_size(size, fs_fairqueue_shmem_size());
+	size = add_size(size, fs_lockstats_shmem_size());
 	return size;
 }
 
@@ -257,6 +259,7 @@ fs_shmem_startup_hook(void)
 	fs_tiers_shmem_init();
 	fs_worker_shmem_init();
 	fs_fairqueue_shmem_init();
+	fs_lockstats_shmem_init();
 
 	LWLockRelease(AddinShmemInitLock);
 
