@@ -42,7 +42,6 @@ typedef enum FsLockKind
 {
 	FS_LOCK_QUEUES = 0,			/* FsShared.queues_lock, then the other */
 	FS_LOCK_EVICT,				/* named locks in their tranche order */
-	FS_LOCK_STATEFILE,
 	FS_LOCK_WORKERS,
 	FS_LOCK_TENANT_PARTITION,
 	FS_LOCK_LEASE_PARTITION,
@@ -58,7 +57,6 @@ StaticAssertDecl(FS_LOCK_WORKERS + 1 == FS_MISC_LOCKS,
 static const char *const fs_lock_kind_names[FS_NUM_LOCK_KINDS] = {
 	"queues",
 	"evict",
-	"statefile",
 	"workers",
 	"tenant partition",
 	"lease partition",

@@ -223,8 +223,7 @@ fs_shmem_startup_hook(void)
 		locks = GetNamedLWLockTranche("fairshare");
 		fs_shared->queues_lock = &locks[0].lock;
 		fs_shared->evict_lock = &locks[1].lock;
-		fs_shared->statefile_lock = &locks[2].lock;
-		fs_shared->workers_lock = &locks[3].lock;
+		fs_shared->workers_lock = &locks[2].lock;
 		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS];
 		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
 		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);

@@ -26,7 +26,7 @@
  * partitions, then the lease partitions (slots.h), then the tier partitions
  * (tiers.h).
  */
-#define FS_MISC_LOCKS			4
+#define FS_MISC_LOCKS			3
 #define FS_LEASE_LOCKS_OFFSET	(FS_MISC_LOCKS + FS_TENANT_PARTITIONS)
 #define FS_TIER_LOCKS_OFFSET	(FS_LEASE_LOCKS_OFFSET + FS_LEASE_PARTITIONS)
 
@@ -137,7 +137,6 @@ typedef struct FsShared
 {
 	LWLock	   *queues_lock;	/* the queue table */
 	LWLock	   *evict_lock;		/* one eviction pass at a time */
-	LWLock	   *statefile_lock; /* one state-file writer at a time */
 	LWLock	   *workers_lock;	/* the worker heartbeat table (gate.c) */
 	LWLockPadded *tenant_locks; /* FS_TENANT_PARTITIONS of them */
 
