@@ -40,9 +40,8 @@ PG_FUNCTION_INFO_V1(fs_lock_stats);
 /* Kinds of fairshare LWLock, by their place in the tranches. */
 typedef enum FsLockKind
 {
-	FS_LOCK_QUEUES = 0,			/* FsShared.queues_lock, then the other */
-	FS_LOCK_EVICT,				/* named locks in their tranche order */
-	FS_LOCK_WORKERS,
+	FS_LOCK_QUEUES = 0,			/* FsShared.queues_lock and workers_lock, */
+	FS_LOCK_WORKERS,			/* in their tranche order */
 	FS_LOCK_TENANT_PARTITION,
 	FS_LOCK_LEASE_PARTITION,
 	FS_LOCK_TIER_PARTITION,
@@ -56,7 +55,6 @@ StaticAssertDecl(FS_LOCK_WORKERS + 1 == FS_MISC_LOCKS,
 
 static const char *const fs_lock_kind_names[FS_NUM_LOCK_KINDS] = {
 	"queues",
-	"evict",
 	"workers",
 	"tenant partition",
 	"lease partition",
