@@ -426,27 +426,27 @@ fs_tier_idle(FsTierEntry *entry, TimestampTz now)
 	return true;
 }
 
+/* fs_hash_scan() visitor of fs_tiers_evict(): remove the entry if idle. */
+static void
+fs_tier_evict_if_idle(void *hash_entry, void *arg)
+{
+	FsTierEntry *entry = (FsTierEntry *) hash_entry;
+	TimestampTz now = *(const TimestampTz *) arg;
+
+	if (fs_tier_idle(entry, now))
+		hash_search(fs_tier_hash, &entry->key, HASH_REMOVE, NULL);
+}
+
 /*
  * Make room: evict every entry whose windows are all empty.  Takes every
- * partition lock exclusively; only when the table is full.
+ * partition lock exclusively, a batch of entries at a time (shmem.c rule
+ * 3a); only when the table is full.
  */
 static void
 fs_tiers_evict(TimestampTz now)
 {
-	HASH_SEQ_STATUS seq;
-	FsTierEntry *entry;
-	int			i;
-
-	for (i = 0; i < FS_TIER_PARTITIONS; i++)
-		LWLockAcquire(&fs_tier_locks[i].lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, fs_tier_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-	{
-		if (fs_tier_idle(entry, now))
-			hash_search(fs_tier_hash, &entry->key, HASH_REMOVE, NULL);
-	}
-	for (i = FS_TIER_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_tier_locks[i].lock);
+	fs_hash_scan(fs_tier_hash, fs_tier_locks, FS_TIER_PARTITIONS, LW_EXCLUSIVE,
+				 fs_tier_evict_if_idle, &now);
 }
 
 /* ----------------------------------------------------------------
@@ -550,22 +550,46 @@ fs_route_enqueue(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(route));
 }
 
+/* What fs_tier_state() copies out (fs_tier_copy()). */
+typedef struct FsTierCopies
+{
+	FsTierEntry *entries;		/* allocated before the scan */
+	int			count;
+	int			capacity;
+} FsTierCopies;
+
+/*
+ * fs_hash_scan() visitor of fs_tier_state(): copy an entry of this
+ * database's queues, under its spinlock.
+ */
+static void
+fs_tier_copy(void *hash_entry, void *arg)
+{
+	FsTierEntry *entry = (FsTierEntry *) hash_entry;
+	FsTierCopies *copies = (FsTierCopies *) arg;
+
+	if (fs_shared->queues[entry->key.queue_id]->key.dboid != MyDatabaseId ||
+		copies->count >= copies->capacity)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	memcpy(&copies->entries[copies->count], entry, sizeof(FsTierEntry));
+	SpinLockRelease(&entry->mutex);
+	copies->count++;
+}
+
 /*
  * fs_tier_state(): every tier counter of this database's queues.
  *
- * The entries are copied out under the partition locks into an array
- * allocated before they are taken (the table never holds more than
- * fairshare.max_tier_keys); the rows are built after the locks are
- * released, since a tuplestore may spill to disk.
+ * The entries are copied out into an array allocated before any lock is
+ * taken (fairshare.max_tier_keys of them: no more than the table holds), under
+ * the partition locks a batch at a time (shmem.c rule 3a); the rows are
+ * built after the locks are released, since a tuplestore may spill to disk.
  */
 Datum
 fs_tier_state(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo;
-	HASH_SEQ_STATUS seq;
-	FsTierEntry *entry;
-	FsTierEntry *copies;
-	int			ncopies = 0;
+	FsTierCopies copies;
 	TimestampTz now;
 	int			i;
 
@@ -573,27 +597,16 @@ fs_tier_state(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	now = fs_now();
-	copies = palloc_extended(sizeof(FsTierEntry) * Max(fs_max_tier_keys, 1), MCXT_ALLOC_HUGE);
+	copies.capacity = Max(fs_max_tier_keys, 1);
+	copies.count = 0;
+	copies.entries = palloc_extended(sizeof(FsTierEntry) * copies.capacity, MCXT_ALLOC_HUGE);
 
-	for (i = 0; i < FS_TIER_PARTITIONS; i++)
-		LWLockAcquire(&fs_tier_locks[i].lock, LW_SHARED);
-	hash_seq_init(&seq, fs_tier_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-	{
-		if (fs_shared->queues[entry->key.queue_id]->key.dboid != MyDatabaseId ||
-			ncopies >= fs_max_tier_keys)
-			continue;
-		SpinLockAcquire(&entry->mutex);
-		memcpy(&copies[ncopies], entry, sizeof(FsTierEntry));
-		SpinLockRelease(&entry->mutex);
-		ncopies++;
-	}
-	for (i = FS_TIER_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_tier_locks[i].lock);
+	fs_hash_scan(fs_tier_hash, fs_tier_locks, FS_TIER_PARTITIONS, LW_SHARED,
+				 fs_tier_copy, &copies);
 
-	for (i = 0; i < ncopies; i++)
+	for (i = 0; i < copies.count; i++)
 	{
-		FsTierEntry *copy = &copies[i];
+		FsTierEntry *copy = &copies.entries[i];
 		FsQueue    *queue = fs_shared->queues[copy->key.queue_id];
 		int			r;
 
@@ -618,6 +631,6 @@ fs_tier_state(PG_FUNCTION_ARGS)
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}
-	pfree(copies);
+	pfree(copies.entries);
 	return (Datum) 0;
 }
