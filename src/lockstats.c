@@ -20,6 +20,8 @@
  */
 #include "postgres.h"
 
+#include <time.h>
+
 #include "funcapi.h"
 #include "portability/instr_time.h"
 #include "storage/shmem.h"
@@ -63,12 +65,20 @@ static const char *const fs_lock_kind_names[FS_NUM_LOCK_KINDS] = {
 	"claim map partition"
 };
 
-/* The longest hold of one kind of lock. */
+/*
+ * The longest hold of one kind of lock, in wall-clock time (what the
+ * backends waiting for it see), and the longest in CPU time of the holder
+ * (what the code under the lock costs: the difference is time the holder
+ * spent waiting for something else, or off the CPU when the machine has
+ * more runnable processes than cores).
+ */
 typedef struct FsLockHold
 {
 	uint64		longest_us;
 	LWLockMode	mode;			/* of the longest hold */
 	char		where[NAMEDATALEN]; /* function that took it */
+	uint64		longest_cpu_us;
+	char		cpu_where[NAMEDATALEN];
 	uint64		long_holds;		/* holds over FS_LOCKSTATS_LONG_HOLD_US */
 } FsLockHold;
 
@@ -94,6 +104,7 @@ typedef struct FsHeldLock
 	LWLockMode	mode;
 	const char *where;
 	instr_time	since;
+	struct timespec cpu_since;	/* CLOCK_PROCESS_CPUTIME_ID */
 } FsHeldLock;
 
 static FsHeldLock fs_held_locks[FS_LOCKSTATS_MAX_HELD];
@@ -188,6 +199,7 @@ fs_lockstats_acquired(LWLock *lock, LWLockMode mode, const char *where)
 	held->mode = mode;
 	held->where = where;
 	INSTR_TIME_SET_CURRENT(held->since);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &held->cpu_since);
 }
 
 /*
@@ -199,7 +211,9 @@ fs_lockstats_releasing(LWLock *lock)
 {
 	int			i;
 	instr_time	now;
+	struct timespec cpu_now;
 	uint64		held_us;
+	uint64		cpu_us;
 	FsHeldLock	held;
 	FsLockHold *hold;
 
@@ -214,11 +228,15 @@ fs_lockstats_releasing(LWLock *lock)
 	fs_held_locks[i] = fs_held_locks[--fs_num_held_locks];
 
 	INSTR_TIME_SET_CURRENT(now);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_now);
 	INSTR_TIME_SUBTRACT(now, held.since);
 	held_us = INSTR_TIME_GET_MICROSEC(now);
+	cpu_us = (uint64) Max((int64) (cpu_now.tv_sec - held.cpu_since.tv_sec) * 1000000 +
+						  (cpu_now.tv_nsec - held.cpu_since.tv_nsec) / 1000, 0);
 
 	hold = &fs_lock_stats_shared->holds[held.kind];
-	if (held_us <= FS_LOCKSTATS_LONG_HOLD_US && held_us <= hold->longest_us)
+	if (held_us <= FS_LOCKSTATS_LONG_HOLD_US && held_us <= hold->longest_us &&
+		cpu_us <= hold->longest_cpu_us)
 		return;
 	SpinLockAcquire(&fs_lock_stats_shared->mutex);
 	if (held_us > FS_LOCKSTATS_LONG_HOLD_US)
@@ -228,6 +246,11 @@ fs_lockstats_releasing(LWLock *lock)
 		hold->longest_us = held_us;
 		hold->mode = held.mode;
 		strlcpy(hold->where, held.where, sizeof(hold->where));
+	}
+	if (cpu_us > hold->longest_cpu_us)
+	{
+		hold->longest_cpu_us = cpu_us;
+		strlcpy(hold->cpu_where, held.where, sizeof(hold->cpu_where));
 	}
 	SpinLockRelease(&fs_lock_stats_shared->mutex);
 }
@@ -254,9 +277,11 @@ fs_lockstats_shmem_init(void)
 
 /*
  * fs_lock_stats() RETURNS TABLE(lock text, longest_hold_ms float8,
- * acquired_in text, mode text, holds_over_1ms bigint): the longest hold of
- * each kind of fairshare lock since the last call (or the start), and where
- * it was taken; the figures start again from zero.
+ * acquired_in text, mode text, longest_cpu_ms float8, cpu_acquired_in text,
+ * holds_over_1ms bigint): the longest hold of each kind of fairshare lock
+ * since the last call (or the start) and where it was taken, the longest
+ * CPU time spent holding one and where, and how many holds passed 1 ms;
+ * the figures start again from zero.
  */
 Datum
 fs_lock_stats(PG_FUNCTION_ARGS)
@@ -281,8 +306,8 @@ fs_lock_stats(PG_FUNCTION_ARGS)
 
 	for (i = 0; i < FS_NUM_LOCK_KINDS; i++)
 	{
-		Datum		values[5];
-		bool		nulls[5] = {false, false, false, false, false};
+		Datum		values[7];
+		bool		nulls[7] = {false, false, false, false, false, false, false};
 		const FsLockHold *hold = &holds[i];
 
 		values[0] = CStringGetTextDatum(fs_lock_kind_names[i]);
@@ -299,7 +324,12 @@ fs_lock_stats(PG_FUNCTION_ARGS)
 											hold->mode == LW_SHARED ? "shared" :
 											"wait until free");
 		}
-		values[4] = Int64GetDatum((int64) hold->long_holds);
+		values[4] = Float8GetDatum((float8) hold->longest_cpu_us / 1000.0);
+		if (hold->cpu_where[0] == '\0')
+			nulls[5] = true;
+		else
+			values[5] = CStringGetTextDatum(hold->cpu_where);
+		values[6] = Int64GetDatum((int64) hold->long_holds);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
