@@ -172,9 +172,10 @@ typedef struct FsTenantRef
 
 /*
  * Whole-table scans hold a table's partition locks for this many entries at
- * most (shmem.c rule 3a), about a tenth of a millisecond of copying.
+ * most (shmem.c rule 3a): a few tenths of a millisecond of copying on a
+ * busy machine, where each entry costs a cache miss or two.
  */
-#define FS_SCAN_BATCH			512
+#define FS_SCAN_BATCH			128
 
 typedef void (*fs_hash_visitor) (void *entry, void *arg);
 typedef void (*fs_tenant_visitor) (const FsTenant *copy, void *arg);
