@@ -426,27 +426,75 @@ fs_tier_idle(FsTierEntry *entry, TimestampTz now)
 	return true;
 }
 
-/* fs_hash_scan() visitor of fs_tiers_evict(): remove the entry if idle. */
+/* What a tier eviction pass collects (fs_tier_collect_idle()). */
+typedef struct FsTierEvictScan
+{
+	FsTierKey  *keys;			/* allocated before the scan */
+	int			count;
+	int			capacity;
+	TimestampTz now;
+} FsTierEvictScan;
+
+/*
+ * fs_hash_scan() visitor of fs_tiers_evict(): note the entry's key if its
+ * windows are all empty.  Partition locks held SHARED: the windows are
+ * read (and slid to now) under the entry's spinlock.
+ */
 static void
-fs_tier_evict_if_idle(void *hash_entry, void *arg)
+fs_tier_collect_idle(void *hash_entry, void *arg)
 {
 	FsTierEntry *entry = (FsTierEntry *) hash_entry;
-	TimestampTz now = *(const TimestampTz *) arg;
+	FsTierEvictScan *scan = (FsTierEvictScan *) arg;
+	bool		idle;
 
-	if (fs_tier_idle(entry, now))
-		hash_search(fs_tier_hash, &entry->key, HASH_REMOVE, NULL);
+	if (scan->count >= scan->capacity)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	idle = fs_tier_idle(entry, scan->now);
+	SpinLockRelease(&entry->mutex);
+	if (idle)
+		scan->keys[scan->count++] = entry->key;
 }
 
 /*
- * Make room: evict every entry whose windows are all empty.  Takes every
- * partition lock exclusively, a batch of entries at a time (shmem.c rule
- * 3a); only when the table is full.
+ * Make room: evict every entry whose windows are all empty.  Only when the
+ * table is full.  The idle entries are listed a batch at a time with the
+ * partition locks SHARED (shmem.c rule 3a), then each is removed under its
+ * own partition lock EXCLUSIVE, after checking again that it is still there
+ * and still idle.  The list is allocated before any lock is taken; when
+ * there is no memory for it nothing is evicted, and the caller fails open.
  */
 static void
 fs_tiers_evict(TimestampTz now)
 {
-	fs_hash_scan(fs_tier_hash, fs_tier_locks, FS_TIER_PARTITIONS, LW_EXCLUSIVE,
-				 fs_tier_evict_if_idle, &now);
+	FsTierEvictScan scan;
+	int			i;
+
+	scan.capacity = Max(fs_max_tier_keys, 1);
+	scan.keys = palloc_extended(sizeof(FsTierKey) * scan.capacity,
+								MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+	if (scan.keys == NULL)
+		return;
+	scan.count = 0;
+	scan.now = now;
+
+	fs_hash_scan(fs_tier_hash, fs_tier_locks, FS_TIER_PARTITIONS, LW_SHARED,
+				 fs_tier_collect_idle, &scan);
+
+	for (i = 0; i < scan.count; i++)
+	{
+		const FsTierKey *key = &scan.keys[i];
+		uint32		hashvalue = get_hash_value(fs_tier_hash, key);
+		LWLock	   *lock = &fs_tier_locks[hashvalue % FS_TIER_PARTITIONS].lock;
+		FsTierEntry *entry;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = hash_search_with_hash_value(fs_tier_hash, key, hashvalue, HASH_FIND, NULL);
+		if (entry != NULL && fs_tier_idle(entry, now))
+			hash_search_with_hash_value(fs_tier_hash, key, hashvalue, HASH_REMOVE, NULL);
+		LWLockRelease(lock);
+	}
+	pfree(scan.keys);
 }
 
 /* ----------------------------------------------------------------
