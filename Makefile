@@ -34,6 +34,14 @@ PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/src
 ifeq ($(FS_DEBUG),1)
 PG_CPPFLAGS += -DFS_DEBUG
 endif
+# make FS_LOCK_STATS=1: the lock-statistics build.  Every LWLock fairshare
+# takes is timed from acquisition to release, and the longest hold of each
+# kind of lock, with the function that took it, is kept in shared memory for
+# fs_lock_stats() (src/lockstats.h; bench/lockhold builds and reads it).  A
+# clean tree, as for FS_DEBUG.
+ifeq ($(FS_LOCK_STATS),1)
+PG_CPPFLAGS += -DFS_LOCK_STATS
+endif
 PG_CFLAGS   = -Wall -Wextra -Werror -Wshadow=compatible-local -Wformat=2 -Wno-format-nonliteral
 
 EXTRA_CLEAN = results regression.diffs regression.out tmp_check tmp_install log \

@@ -13,6 +13,7 @@
  *	  fairqueue.c  fair per-tenant dequeue (with fairqueue_register.c and
  *	               fairqueue_track.c; see fairqueue_int.h)
  *	  statefile.c  saving state at shutdown and restoring it at startup
+ *	  lockstats.c  the longest LWLock holds, in the lock-statistics build
  *	  telemetry.c  views of live state and counters, reset
  *	  run_as.c     running another role's code so that nothing outlives it
  *	  subxact.c    work that may fail, in a subtransaction; cancels go on
@@ -30,6 +31,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "lockstats.h"
 
 /*
  * Tenant and queue names are text of 1..FS_NAME_MAXLEN bytes.  The limit

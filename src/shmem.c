@@ -24,11 +24,20 @@
  *	  lease's own lock.  Whoever drops the last pin must not touch the entry
  *	  again.
  *
- * 3. Eviction (shared memory full) takes evict_lock, lists idle entries
- *	  with every tenant partition lock SHARED in ascending order, lets go,
- *	  sorts, and removes each chosen entry under its own partition lock
+ * 3. Eviction (shared memory full) runs one pass at a time (the flag
+ *	  FsShared.evicting; others wait on evict_done), lists idle entries
+ *	  a batch at a time (fs_hash_scan(): every tenant partition lock SHARED
+ *	  in ascending order for FS_SCAN_BATCH entries at most), sorts with no
+ *	  lock held, and removes each chosen entry under its own partition lock
  *	  EXCLUSIVE.  Only on a miss with a full table: never on the path of a
  *	  tenant that already has an entry.
+ *
+ * 3a. Whole-table scans (views, the state file, reset, eviction) never hold
+ *	  a table's partition locks for more than one batch of FS_SCAN_BATCH
+ *	  entries: they take them all, visit a batch, let go and go on where
+ *	  they stopped (fs_hash_scan()).  An entry that exists throughout a scan
+ *	  is visited exactly once; one created or removed meanwhile may or may
+ *	  not be.
  *
  * 4. Lease table (slots.c).  A partitioned dynahash with its own
  *	  FS_LEASE_PARTITIONS LWLocks, EXCLUSIVE for every change.  Sweeping
@@ -93,10 +102,12 @@
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/wait_event.h"
 
 #include "budget.h"
 #include "fairqueue.h"
 #include "gate.h"
+#include "lockstats.h"
 #include "tenant_limits.h"
 #include "shmem.h"
 #include "slots.h"
@@ -181,6 +192,7 @@ fs_shmem_size(void)
 	size = add_size(size, fs_tiers_shmem_size());
 	size = add_size(size, fs_worker_shmem_size());
 	size = add_size(size, fs_fairqueue_shmem_size());
+	size = add_size(size, fs_lockstats_shmem_size());
 	return size;
 }
 
@@ -223,13 +235,13 @@ fs_shmem_startup_hook(void)
 		memset(fs_shared, 0, fs_control_size());
 		locks = GetNamedLWLockTranche("fairshare");
 		fs_shared->queues_lock = &locks[0].lock;
-		fs_shared->evict_lock = &locks[1].lock;
-		fs_shared->statefile_lock = &locks[2].lock;
-		fs_shared->workers_lock = &locks[3].lock;
+		fs_shared->workers_lock = &locks[1].lock;
 		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS];
 		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
 		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);
 		pg_atomic_init_u64(&fs_shared->evict_not_before, 0);
+		pg_atomic_init_flag(&fs_shared->evicting);
+		ConditionVariableInit(&fs_shared->evict_done);
 		SpinLockInit(&fs_shared->stats_mutex);
 		fs_shared->started_at = GetCurrentTimestamp();
 		fs_shared->stats.reset_at = fs_shared->started_at;
@@ -260,6 +272,7 @@ fs_shmem_startup_hook(void)
 	fs_tiers_shmem_init();
 	fs_worker_shmem_init();
 	fs_fairqueue_shmem_init();
+	fs_lockstats_shmem_init();
 
 	LWLockRelease(AddinShmemInitLock);
 
@@ -484,6 +497,15 @@ typedef struct FsEvictCandidate
 	TimestampTz touched_at;
 } FsEvictCandidate;
 
+/* What an eviction pass's scan collects (fs_evict_collect()). */
+typedef struct FsEvictScan
+{
+	FsEvictCandidate *candidates;	/* allocated before the scan */
+	int			count;
+	int			capacity;
+	TimestampTz now;
+} FsEvictScan;
+
 static int
 fs_evict_candidate_cmp(const void *a, const void *b)
 {
@@ -493,7 +515,53 @@ fs_evict_candidate_cmp(const void *a, const void *b)
 	return (ta > tb) - (ta < tb);
 }
 
+/*
+ * fs_hash_scan() visitor of an eviction pass: note the entry, with when it
+ * was last used, if it is idle.  Runs with the partition locks held: copies
+ * and nothing else.
+ */
+static void
+fs_evict_collect(void *hash_entry, void *arg)
+{
+	FsTenant   *entry = (FsTenant *) hash_entry;
+	FsEvictScan *scan = (FsEvictScan *) arg;
+	bool		idle;
+	TimestampTz touched_at;
+
+	if (scan->count >= scan->capacity)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	idle = fs_tenant_is_idle(entry, scan->now);
+	touched_at = entry->touched_at;
+	SpinLockRelease(&entry->mutex);
+	if (idle)
+	{
+		scan->candidates[scan->count].key = entry->key;
+		scan->candidates[scan->count].touched_at = touched_at;
+		scan->count++;
+	}
+}
+
 static inline LWLock *fs_tenant_partition_lock(uint32 hashvalue);
+
+/*
+ * Wait until the eviction pass that runs now ends, as a backend waits for
+ * an LWLock: interrupts are held, not served, because an insert may evict
+ * where no error may be raised (at the end of a transaction); a cancel that
+ * comes meanwhile stays pending for the next CHECK_FOR_INTERRUPTS().  The
+ * pass itself never waits and never fails, so the wait is as long as one
+ * pass.
+ */
+static void
+fs_evict_wait(void)
+{
+	HOLD_INTERRUPTS();
+	ConditionVariablePrepareToSleep(&fs_shared->evict_done);
+	while (!pg_atomic_unlocked_test_flag(&fs_shared->evicting))
+		ConditionVariableSleep(&fs_shared->evict_done, PG_WAIT_EXTENSION);
+	ConditionVariableCancelSleep();
+	RESUME_INTERRUPTS();
+}
 
 /*
  * Evict the least recently used idle entries (FS_EVICT_FRACTION of the
@@ -506,70 +574,55 @@ static inline LWLock *fs_tenant_partition_lock(uint32 hashvalue);
  * found nothing idle, no new pass starts for FS_EVICT_BACKOFF_USECS.
  *
  * Three steps, so that no lock is held for long and nothing is sorted under
- * one: list the idle entries with every partition lock held SHARED (lookups
- * of existing tenants go on; only new tenants wait for the scan), sort the
- * list with no lock held, then remove the oldest one at a time, each under
- * its own partition lock held EXCLUSIVE, after checking again that it is
- * still there and still idle (rule 2: nobody holds a pointer to an entry
- * without its partition lock or a pin).
+ * one: list the idle entries a batch at a time (fs_hash_scan(): the
+ * partition locks SHARED for one batch, so lookups of existing tenants go
+ * on, and new tenants wait for one batch at most), sort the list with no
+ * lock held, then remove the oldest one at a time, each under its own
+ * partition lock held EXCLUSIVE, after checking again that it is still
+ * there and still idle (rule 2: nobody holds a pointer to an entry without
+ * its partition lock or a pin).
  */
 static int
 fs_tenant_evict(TimestampTz now)
 {
-	HASH_SEQ_STATUS seq;
 	FsTenant   *entry;
-	FsEvictCandidate *candidates;
-	int			ncandidates = 0;
+	FsEvictScan scan;
 	int			want;
 	int			evicted = 0;
 	int			i;
 
 	if (now < (TimestampTz) pg_atomic_read_u64(&fs_shared->evict_not_before))
 		return 0;
-	candidates = palloc_extended(sizeof(FsEvictCandidate) * fs_max_tenants,
-								 MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
-	if (candidates == NULL)
+	scan.candidates = palloc_extended(sizeof(FsEvictCandidate) * fs_max_tenants,
+									  MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+	if (scan.candidates == NULL)
 		return 0;
+	scan.count = 0;
+	scan.capacity = fs_max_tenants;
+	scan.now = now;
 	/*
 	 * One backend evicts at a time.  The others wait for its pass to end
 	 * (rather than fail open while it frees room) and then try their insert
-	 * again.
+	 * again.  No LWLock marks the pass: it lasts longer than any LWLock may
+	 * be held.
 	 */
-	if (!LWLockAcquireOrWait(fs_shared->evict_lock, LW_EXCLUSIVE))
+	if (!pg_atomic_test_set_flag(&fs_shared->evicting))
 	{
-		pfree(candidates);
+		fs_evict_wait();
+		pfree(scan.candidates);
 		return 0;
 	}
 	want = Max(1, (int) (fs_max_tenants * FS_EVICT_FRACTION));
 
-	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
-	hash_seq_init(&seq, fs_tenant_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
+	fs_hash_scan(fs_tenant_hash, fs_shared->tenant_locks, FS_TENANT_PARTITIONS, LW_SHARED,
+				 fs_evict_collect, &scan);
+
+	if (scan.count > want)
+		qsort(scan.candidates, scan.count, sizeof(FsEvictCandidate), fs_evict_candidate_cmp);
+
+	for (i = 0; i < scan.count && evicted < want; i++)
 	{
-		bool		idle;
-		TimestampTz touched_at;
-
-		SpinLockAcquire(&entry->mutex);
-		idle = fs_tenant_is_idle(entry, now);
-		touched_at = entry->touched_at;
-		SpinLockRelease(&entry->mutex);
-		if (idle && ncandidates < fs_max_tenants)
-		{
-			candidates[ncandidates].key = entry->key;
-			candidates[ncandidates].touched_at = touched_at;
-			ncandidates++;
-		}
-	}
-	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i].lock);
-
-	if (ncandidates > want)
-		qsort(candidates, ncandidates, sizeof(FsEvictCandidate), fs_evict_candidate_cmp);
-
-	for (i = 0; i < ncandidates && evicted < want; i++)
-	{
-		const FsTenantKey *key = &candidates[i].key;
+		const FsTenantKey *key = &scan.candidates[i].key;
 		uint32		hashvalue = get_hash_value(fs_tenant_hash, key);
 		LWLock	   *lock = fs_tenant_partition_lock(hashvalue);
 		bool		idle = false;
@@ -597,9 +650,10 @@ fs_tenant_evict(TimestampTz now)
 
 	if (evicted == 0)
 		pg_atomic_write_u64(&fs_shared->evict_not_before, (uint64) (now + FS_EVICT_BACKOFF_USECS));
-	LWLockRelease(fs_shared->evict_lock);
+	pg_atomic_clear_flag(&fs_shared->evicting);
+	ConditionVariableBroadcast(&fs_shared->evict_done);
 
-	pfree(candidates);
+	pfree(scan.candidates);
 
 	SpinLockAcquire(&fs_shared->stats_mutex);
 	fs_shared->stats.evictions += evicted;
@@ -754,60 +808,131 @@ fs_tenant_insert_unlocked(const FsTenantKey *key)
 }
 
 /*
+ * Visit every entry of a partitioned shared hash table, `nlocks` partition
+ * locks guarding it, a batch at a time (rule 3a): take every partition lock
+ * in `mode`, in ascending order, call `visitor` for up to FS_SCAN_BATCH
+ * entries (finishing the bucket it is in), let go, and go on with the next
+ * bucket.  While every partition lock is held no entry can be added or
+ * removed, so the scan may stop between two buckets and start again there:
+ * a partitioned table never splits its buckets, so the buckets before that
+ * point are the ones already visited.  PostgreSQL 15 has no call to start a
+ * sequential scan at a bucket; its HASH_SEQ_STATUS keeps the next bucket in
+ * curBucket once a bucket is done (curEntry NULL), which is what is saved
+ * and put back here.  A batch is bounded in entries, not in buckets: the
+ * walk over empty buckets between two entries is not (in a nearly empty
+ * table of a million buckets, a few milliseconds; a full one has about one
+ * entry per bucket).
+ *
+ * The visitor runs with the partition locks held: it must be quick and must
+ * not fail, block or take fairshare LWLocks (an entry's spinlock is fine).
+ * With `mode` LW_EXCLUSIVE it may remove the entry it was given.
+ */
+void
+fs_hash_scan(HTAB *htab, LWLockPadded *locks, int nlocks, LWLockMode mode,
+			 fs_hash_visitor visitor, void *arg)
+{
+	uint32		next_bucket = 0;
+	bool		done = false;
+	int			i;
+
+	while (!done)
+	{
+		HASH_SEQ_STATUS seq;
+		void	   *entry;
+		int			visited = 0;
+
+		for (i = 0; i < nlocks; i++)
+			LWLockAcquire(&locks[i].lock, mode);
+
+		hash_seq_init(&seq, htab);
+		seq.curBucket = next_bucket;
+		for (;;)
+		{
+			entry = hash_seq_search(&seq);
+			if (entry == NULL)
+			{
+				/* The scan is over, and hash_seq_search() has ended it. */
+				done = true;
+				break;
+			}
+			visitor(entry, arg);
+			if (++visited >= FS_SCAN_BATCH && seq.curEntry == NULL)
+			{
+				/* A bucket is done: stop here, go on from the next one. */
+				next_bucket = seq.curBucket;
+				hash_seq_term(&seq);
+				break;
+			}
+		}
+
+		for (i = nlocks - 1; i >= 0; i--)
+			LWLockRelease(&locks[i].lock);
+	}
+}
+
+/* fs_tenant_foreach()'s state: the caller's visitor and its argument. */
+typedef struct FsTenantVisit
+{
+	fs_tenant_visitor visitor;
+	fs_tenant_mutator mutator;
+	void	   *arg;
+} FsTenantVisit;
+
+/* fs_hash_scan() visitor of fs_tenant_foreach(): hand on a copy. */
+static void
+fs_tenant_visit_copy(void *hash_entry, void *arg)
+{
+	FsTenant   *entry = (FsTenant *) hash_entry;
+	FsTenantVisit *visit = (FsTenantVisit *) arg;
+	FsTenant	copy;
+
+	SpinLockAcquire(&entry->mutex);
+	memcpy(&copy, entry, sizeof(FsTenant));
+	SpinLockRelease(&entry->mutex);
+	visit->visitor(&copy, visit->arg);
+}
+
+/*
  * Call `visitor` with a copy of every tenant entry (taken under its
- * spinlock).  Every partition lock is held in shared mode meanwhile: that
- * keeps new tenants from being added during the scan but never blocks a
- * decision for an existing one.  The visitor must be quick and must not
- * fail, block or take fairshare locks: copy, and do the work afterwards.
+ * spinlock), a batch at a time (rule 3a): the partition locks are held in
+ * shared mode for one batch, which never blocks a decision for an existing
+ * tenant and holds up a new tenant for one batch at most.  The visitor must
+ * be quick and must not fail, block or take fairshare locks: copy, and do
+ * the work afterwards.
  */
 void
 fs_tenant_foreach(fs_tenant_visitor visitor, void *arg)
 {
-	HASH_SEQ_STATUS seq;
-	FsTenant   *entry;
-	FsTenant	copy;
-	int			i;
+	FsTenantVisit visit = {visitor, NULL, arg};
 
-	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
+	fs_hash_scan(fs_tenant_hash, fs_shared->tenant_locks, FS_TENANT_PARTITIONS, LW_SHARED,
+				 fs_tenant_visit_copy, &visit);
+}
 
-	hash_seq_init(&seq, fs_tenant_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-	{
-		SpinLockAcquire(&entry->mutex);
-		memcpy(&copy, entry, sizeof(FsTenant));
-		SpinLockRelease(&entry->mutex);
-		visitor(&copy, arg);
-	}
+/* fs_hash_scan() visitor of fs_tenant_mutate_all(): under the spinlock. */
+static void
+fs_tenant_visit_mutate(void *hash_entry, void *arg)
+{
+	FsTenant   *entry = (FsTenant *) hash_entry;
+	FsTenantVisit *visit = (FsTenantVisit *) arg;
 
-	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i].lock);
+	SpinLockAcquire(&entry->mutex);
+	visit->mutator(entry, visit->arg);
+	SpinLockRelease(&entry->mutex);
 }
 
 /*
  * Apply `mutator` to every entry, under the entry's spinlock (so it must be
- * short and must not fail).  Used by reset.
+ * short and must not fail), a batch at a time as fs_tenant_foreach() does.
+ * Used by reset.
  */
 void
 fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg)
 {
-	HASH_SEQ_STATUS seq;
-	FsTenant   *entry;
-	int			i;
+	FsTenantVisit visit = {NULL, mutator, arg};
 
-	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
-
-	hash_seq_init(&seq, fs_tenant_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-	{
-		SpinLockAcquire(&entry->mutex);
-		mutator(entry, arg);
-		SpinLockRelease(&entry->mutex);
-	}
-
-	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i].lock);
+	fs_hash_scan(fs_tenant_hash, fs_shared->tenant_locks, FS_TENANT_PARTITIONS, LW_SHARED,
+				 fs_tenant_visit_mutate, &visit);
 }
 
 /* Number of tenant entries (a consistent count: takes every partition). */

@@ -14,7 +14,9 @@
 
 #include "port/atomics.h"
 #include "storage/lwlock.h"
+#include "storage/condition_variable.h"
 #include "storage/spin.h"
+#include "utils/hsearch.h"
 
 /* Partitions of the shared tables; powers of two. */
 #define FS_TENANT_PARTITIONS	128
@@ -26,7 +28,7 @@
  * partitions, then the lease partitions (slots.h), then the tier partitions
  * (tiers.h).
  */
-#define FS_MISC_LOCKS			4
+#define FS_MISC_LOCKS			2
 #define FS_LEASE_LOCKS_OFFSET	(FS_MISC_LOCKS + FS_TENANT_PARTITIONS)
 #define FS_TIER_LOCKS_OFFSET	(FS_LEASE_LOCKS_OFFSET + FS_LEASE_PARTITIONS)
 
@@ -141,14 +143,14 @@ typedef enum FsStartKind
 typedef struct FsShared
 {
 	LWLock	   *queues_lock;	/* the queue table */
-	LWLock	   *evict_lock;		/* one eviction pass at a time */
-	LWLock	   *statefile_lock; /* one state-file writer at a time */
 	LWLock	   *workers_lock;	/* the worker heartbeat table (gate.c) */
 	LWLockPadded *tenant_locks; /* FS_TENANT_PARTITIONS of them */
 
 	pg_atomic_uint32 limits_generation; /* bumped when fs_limits commits */
 	pg_atomic_uint64 next_lease_id;
 	pg_atomic_uint64 evict_not_before;	/* no eviction pass before this time */
+	pg_atomic_flag evicting;	/* an eviction pass runs: one at a time */
+	ConditionVariable evict_done;	/* broadcast when a pass ends */
 
 	FsStartKind start_kind;
 	TimestampTz started_at;
@@ -173,11 +175,21 @@ typedef struct FsTenantRef
 	FsLimits	limits;
 } FsTenantRef;
 
+/*
+ * Whole-table scans hold a table's partition locks for this many entries at
+ * most (shmem.c rule 3a): a few tenths of a millisecond of copying on a
+ * busy machine, where each entry costs a cache miss or two.
+ */
+#define FS_SCAN_BATCH			128
+
+typedef void (*fs_hash_visitor) (void *entry, void *arg);
 typedef void (*fs_tenant_visitor) (const FsTenant *copy, void *arg);
 typedef void (*fs_tenant_mutator) (FsTenant *entry, void *arg);
 
 /* shmem.c */
 extern void fs_shmem_request(void);
+extern void fs_hash_scan(HTAB *htab, LWLockPadded *locks, int nlocks, LWLockMode mode,
+						 fs_hash_visitor visitor, void *arg);
 extern FsQueue *fs_queue_lookup(const char *name, bool create);
 extern FsQueue *fs_queue_by_id(uint32 queue_id);
 extern FsQueue *fs_queue_insert_unlocked(Oid dboid, const char *name);

@@ -283,9 +283,12 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	FIN_CRC32C(crc);
 	appendBinaryStringInfo(&buf, (char *) &crc, sizeof(crc));
 
-	/* One writer at a time; each with its own temporary file. */
+	/*
+	 * Written, flushed and renamed into place with no lock held: each writer
+	 * has a temporary file of its own, and the rename is atomic, so writers
+	 * that meet leave the file of one of them, whole.
+	 */
 	snprintf(tmpfile, sizeof(tmpfile), "%s.%d.tmp", FS_STATE_FILE, MyProcPid);
-	LWLockAcquire(fs_shared->statefile_lock, LW_EXCLUSIVE);
 	file = AllocateFile(tmpfile, PG_BINARY_W);
 	if (file == NULL)
 		ereport(elevel,
@@ -310,7 +313,6 @@ fs_statefile_save(FsStateKind kind, int elevel)
 		unlink(tmpfile);
 	else
 		ok = true;
-	LWLockRelease(fs_shared->statefile_lock);
 
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(context);

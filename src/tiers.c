@@ -426,27 +426,75 @@ fs_tier_idle(FsTierEntry *entry, TimestampTz now)
 	return true;
 }
 
+/* What a tier eviction pass collects (fs_tier_collect_idle()). */
+typedef struct FsTierEvictScan
+{
+	FsTierKey  *keys;			/* allocated before the scan */
+	int			count;
+	int			capacity;
+	TimestampTz now;
+} FsTierEvictScan;
+
 /*
- * Make room: evict every entry whose windows are all empty.  Takes every
- * partition lock exclusively; only when the table is full.
+ * fs_hash_scan() visitor of fs_tiers_evict(): note the entry's key if its
+ * windows are all empty.  Partition locks held SHARED: the windows are
+ * read (and slid to now) under the entry's spinlock.
+ */
+static void
+fs_tier_collect_idle(void *hash_entry, void *arg)
+{
+	FsTierEntry *entry = (FsTierEntry *) hash_entry;
+	FsTierEvictScan *scan = (FsTierEvictScan *) arg;
+	bool		idle;
+
+	if (scan->count >= scan->capacity)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	idle = fs_tier_idle(entry, scan->now);
+	SpinLockRelease(&entry->mutex);
+	if (idle)
+		scan->keys[scan->count++] = entry->key;
+}
+
+/*
+ * Make room: evict every entry whose windows are all empty.  Only when the
+ * table is full.  The idle entries are listed a batch at a time with the
+ * partition locks SHARED (shmem.c rule 3a), then each is removed under its
+ * own partition lock EXCLUSIVE, after checking again that it is still there
+ * and still idle.  The list is allocated before any lock is taken; when
+ * there is no memory for it nothing is evicted, and the caller fails open.
  */
 static void
 fs_tiers_evict(TimestampTz now)
 {
-	HASH_SEQ_STATUS seq;
-	FsTierEntry *entry;
+	FsTierEvictScan scan;
 	int			i;
 
-	for (i = 0; i < FS_TIER_PARTITIONS; i++)
-		LWLockAcquire(&fs_tier_locks[i].lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, fs_tier_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
+	scan.capacity = Max(fs_max_tier_keys, 1);
+	scan.keys = palloc_extended(sizeof(FsTierKey) * scan.capacity,
+								MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+	if (scan.keys == NULL)
+		return;
+	scan.count = 0;
+	scan.now = now;
+
+	fs_hash_scan(fs_tier_hash, fs_tier_locks, FS_TIER_PARTITIONS, LW_SHARED,
+				 fs_tier_collect_idle, &scan);
+
+	for (i = 0; i < scan.count; i++)
 	{
-		if (fs_tier_idle(entry, now))
-			hash_search(fs_tier_hash, &entry->key, HASH_REMOVE, NULL);
+		const FsTierKey *key = &scan.keys[i];
+		uint32		hashvalue = get_hash_value(fs_tier_hash, key);
+		LWLock	   *lock = &fs_tier_locks[hashvalue % FS_TIER_PARTITIONS].lock;
+		FsTierEntry *entry;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = hash_search_with_hash_value(fs_tier_hash, key, hashvalue, HASH_FIND, NULL);
+		if (entry != NULL && fs_tier_idle(entry, now))
+			hash_search_with_hash_value(fs_tier_hash, key, hashvalue, HASH_REMOVE, NULL);
+		LWLockRelease(lock);
 	}
-	for (i = FS_TIER_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_tier_locks[i].lock);
+	pfree(scan.keys);
 }
 
 /* ----------------------------------------------------------------
@@ -550,22 +598,46 @@ fs_route_enqueue(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(route));
 }
 
+/* What fs_tier_state() copies out (fs_tier_copy()). */
+typedef struct FsTierCopies
+{
+	FsTierEntry *entries;		/* allocated before the scan */
+	int			count;
+	int			capacity;
+} FsTierCopies;
+
+/*
+ * fs_hash_scan() visitor of fs_tier_state(): copy an entry of this
+ * database's queues, under its spinlock.
+ */
+static void
+fs_tier_copy(void *hash_entry, void *arg)
+{
+	FsTierEntry *entry = (FsTierEntry *) hash_entry;
+	FsTierCopies *copies = (FsTierCopies *) arg;
+
+	if (fs_shared->queues[entry->key.queue_id]->key.dboid != MyDatabaseId ||
+		copies->count >= copies->capacity)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	memcpy(&copies->entries[copies->count], entry, sizeof(FsTierEntry));
+	SpinLockRelease(&entry->mutex);
+	copies->count++;
+}
+
 /*
  * fs_tier_state(): every tier counter of this database's queues.
  *
- * The entries are copied out under the partition locks into an array
- * allocated before they are taken (the table never holds more than
- * fairshare.max_tier_keys); the rows are built after the locks are
- * released, since a tuplestore may spill to disk.
+ * The entries are copied out into an array allocated before any lock is
+ * taken (fairshare.max_tier_keys of them: no more than the table holds), under
+ * the partition locks a batch at a time (shmem.c rule 3a); the rows are
+ * built after the locks are released, since a tuplestore may spill to disk.
  */
 Datum
 fs_tier_state(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo;
-	HASH_SEQ_STATUS seq;
-	FsTierEntry *entry;
-	FsTierEntry *copies;
-	int			ncopies = 0;
+	FsTierCopies copies;
 	TimestampTz now;
 	int			i;
 
@@ -573,27 +645,16 @@ fs_tier_state(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	now = fs_now();
-	copies = palloc_extended(sizeof(FsTierEntry) * Max(fs_max_tier_keys, 1), MCXT_ALLOC_HUGE);
+	copies.capacity = Max(fs_max_tier_keys, 1);
+	copies.count = 0;
+	copies.entries = palloc_extended(sizeof(FsTierEntry) * copies.capacity, MCXT_ALLOC_HUGE);
 
-	for (i = 0; i < FS_TIER_PARTITIONS; i++)
-		LWLockAcquire(&fs_tier_locks[i].lock, LW_SHARED);
-	hash_seq_init(&seq, fs_tier_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-	{
-		if (fs_shared->queues[entry->key.queue_id]->key.dboid != MyDatabaseId ||
-			ncopies >= fs_max_tier_keys)
-			continue;
-		SpinLockAcquire(&entry->mutex);
-		memcpy(&copies[ncopies], entry, sizeof(FsTierEntry));
-		SpinLockRelease(&entry->mutex);
-		ncopies++;
-	}
-	for (i = FS_TIER_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_tier_locks[i].lock);
+	fs_hash_scan(fs_tier_hash, fs_tier_locks, FS_TIER_PARTITIONS, LW_SHARED,
+				 fs_tier_copy, &copies);
 
-	for (i = 0; i < ncopies; i++)
+	for (i = 0; i < copies.count; i++)
 	{
-		FsTierEntry *copy = &copies[i];
+		FsTierEntry *copy = &copies.entries[i];
 		FsQueue    *queue = fs_shared->queues[copy->key.queue_id];
 		int			r;
 
@@ -618,6 +679,6 @@ fs_tier_state(PG_FUNCTION_ARGS)
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}
-	pfree(copies);
+	pfree(copies.entries);
 	return (Datum) 0;
 }
