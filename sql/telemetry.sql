@@ -31,8 +31,8 @@ COMMIT;
 SELECT count(*) AS leases FROM fs_leases WHERE queue = 't_q';
 
 -- Server-wide figures.
-SELECT tenants > 0 AS has_tenants, max_tenants, tenant_entry_size <= 224 AS entry_small,
-       tenant_bytes_per_entry <= 256 AS under_256_bytes, max_leases, queues > 0 AS has_queues,
+SELECT tenants > 0 AS has_tenants, max_tenants, tenant_entry_size <= 240 AS entry_small,
+       tenant_bytes_per_entry <= 272 AS under_272_bytes, max_leases, queues > 0 AS has_queues,
        fail_open, evictions, start_kind
   FROM fs_stats;
 

@@ -127,7 +127,7 @@ static HTAB *fs_local_queues = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-StaticAssertDecl(sizeof(FsTenant) <= 224,
+StaticAssertDecl(sizeof(FsTenant) <= 240,
 				 "a tenant entry must fit in 256 bytes with the hash table's overhead");
 
 static uint32
@@ -226,6 +226,7 @@ fs_shmem_startup_hook(void)
 		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS];
 		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
 		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);
+		pg_atomic_init_u32(&fs_shared->tenant_generation, 0);
 		pg_atomic_init_u64(&fs_shared->evict_not_before, 0);
 		SpinLockInit(&fs_shared->stats_mutex);
 		fs_shared->started_at = GetCurrentTimestamp();
@@ -416,6 +417,22 @@ fs_tenant_key_init(FsTenantKey *key, uint32 queue_id, const char *tenant)
 	strlcpy(key->tenant, tenant, sizeof(key->tenant));
 }
 
+/*
+ * A generation for an entry being created or recycled: never 0, so that 0
+ * can stand for "none".  It wraps after four billion entries, long after
+ * anything that remembered an old one has let go of it.
+ */
+static uint32
+fs_tenant_next_generation(void)
+{
+	uint32		generation;
+
+	do
+		generation = pg_atomic_add_fetch_u32(&fs_shared->tenant_generation, 1);
+	while (generation == 0);
+	return generation;
+}
+
 static void
 fs_tenant_init(FsTenant *entry, TimestampTz now)
 {
@@ -423,6 +440,7 @@ fs_tenant_init(FsTenant *entry, TimestampTz now)
 		   sizeof(FsTenant) - sizeof(FsTenantKey));
 	SpinLockInit(&entry->mutex);
 	entry->flags = FS_TENANT_NEW;
+	entry->generation = fs_tenant_next_generation();
 	entry->limits_generation = 0;	/* never current: limits load on first use */
 	entry->budget_ms_per_minute = -1;
 	entry->weight = 1.0;

@@ -58,8 +58,8 @@ typedef struct FsQueue
 
 /*
  * A (queue, tenant) entry.  Everything fairshare decides for a tenant is
- * kept here; it is meant to stay within 224 bytes so that an entry with the
- * hash table's own overhead fits in 256 (checked at compile time in shmem.c).
+ * kept here; it is meant to stay within 240 bytes so that it and the hash
+ * table's element header fit in 256 (checked at compile time in shmem.c).
  */
 typedef struct FsTenantKey
 {
@@ -88,6 +88,10 @@ typedef struct FsTenant
 	uint32		limits_generation;	/* of the cached limits below */
 	int32		max_slots;
 	int32		min_slots;
+	uint32		generation;		/* new for every entry created or recycled:
+								 * what remembers a pointer to the entry
+								 * across a lock release keeps this too, and
+								 * a mismatch means the entry was reused */
 	float8		weight;
 	float8		budget_ms_per_minute;
 	float8		throttle;
@@ -143,6 +147,7 @@ typedef struct FsShared
 
 	pg_atomic_uint32 limits_generation; /* bumped when fs_limits commits */
 	pg_atomic_uint64 next_lease_id;
+	pg_atomic_uint32 tenant_generation; /* the last FsTenant.generation */
 	pg_atomic_uint64 evict_not_before;	/* no eviction pass before this time */
 
 	FsStartKind start_kind;
