@@ -31,11 +31,13 @@
  *	  tenant that already has an entry.
  *
  * 4. Lease table (slots.c).  A partitioned dynahash with its own
- *	  FS_LEASE_PARTITIONS LWLocks, EXCLUSIVE for every change.  Sweeping
- *	  expired leases takes them all in ascending order.  A backend never holds
- *	  a tenant partition lock and a lease partition lock at the same time;
- *	  under a lease lock it may take a tenant entry's spinlock (the entry is
- *	  pinned by the lease).
+ *	  FS_LEASE_PARTITIONS LWLocks, EXCLUSIVE for every change, including the
+ *	  partition's heap of leases by expiry.  Sweeping expired leases takes one
+ *	  partition lock at a time, for a bounded batch.  Listing every lease
+ *	  (views, the state file) takes them all SHARED in ascending order.  A
+ *	  backend never holds a tenant partition lock and a lease partition lock
+ *	  at the same time; under a lease lock it may take a tenant entry's
+ *	  spinlock (the entry is pinned by the lease).
  *
  * 5. Queue table.  queues_lock, SHARED to look up, EXCLUSIVE to create.
  *	  Queues are never removed while the server runs, so backends cache
@@ -128,7 +130,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 StaticAssertDecl(sizeof(FsTenant) <= 240,
-				 "a tenant entry must fit in 256 bytes with the hash table's overhead");
+				 "a tenant entry must fit in 256 bytes with the hash table's element header");
 
 static uint32
 fs_tenant_key_hash(const void *key, Size keysize pg_attribute_unused())
