@@ -292,17 +292,27 @@ fs_lease_expiry_cmp(const pairingheap_node *a, const pairingheap_node *b,
 static void
 fs_lease_heap_store(FsLeasePartition *part, int h, pairingheap_node *root)
 {
-	TimestampTz earliest;
+	TimestampTz old_top = part->tops[h];
+	TimestampTz new_top = DT_NOEND;
+	TimestampTz earliest = (TimestampTz) pg_atomic_read_u64(&part->earliest_expiry);
 	int			i;
 
+	if (root != NULL)
+		new_top = pairingheap_container(FsLease, expiry_node, root)->expires_at;
 	part->roots[h] = root;
-	part->tops[h] = root == NULL ? DT_NOEND :
-		pairingheap_container(FsLease, expiry_node, root)->expires_at;
-	earliest = part->tops[0];
-	for (i = 1; i < FS_LEASE_HEAPS; i++)
-		earliest = Min(earliest, part->tops[i]);
-	if ((TimestampTz) pg_atomic_read_u64(&part->earliest_expiry) != earliest)
-		pg_atomic_write_u64(&part->earliest_expiry, (uint64) earliest);
+	part->tops[h] = new_top;
+	if (new_top < earliest)
+		earliest = new_top;
+	else if (old_top == earliest && new_top != old_top)
+	{
+		/* This heap had the earliest top, and it moved on: look at all. */
+		earliest = part->tops[0];
+		for (i = 1; i < FS_LEASE_HEAPS; i++)
+			earliest = Min(earliest, part->tops[i]);
+	}
+	else
+		return;
+	pg_atomic_write_u64(&part->earliest_expiry, (uint64) earliest);
 }
 
 /* The heap of the lease with this hash: its partition's, and which one. */
