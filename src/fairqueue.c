@@ -2302,10 +2302,16 @@ fs_fair_gate_open(FsFairQueue *fq)
 		gate_closed_by_me = NULL;
 }
 
-/* A tenant's live count when the recount took its snapshot. */
+/*
+ * A tenant's live count when the recount took its snapshot.  The entry is
+ * known by its address and generation: between the snapshot and the
+ * adjustment it may leave the fair order, be evicted, and its memory be
+ * reused by a tenant that enters it.
+ */
 typedef struct FsCountAt
 {
 	FsTenant   *tenant;
+	uint32		generation;
 	int64		rows;
 } FsCountAt;
 
@@ -2329,10 +2335,14 @@ fs_fair_table_owner(FsFairDesc *desc)
 static int
 fs_count_at_cmp(const void *a, const void *b)
 {
-	uintptr_t	ta = (uintptr_t) ((const FsCountAt *) a)->tenant;
-	uintptr_t	tb = (uintptr_t) ((const FsCountAt *) b)->tenant;
+	const FsCountAt *ca = (const FsCountAt *) a;
+	const FsCountAt *cb = (const FsCountAt *) b;
+	uintptr_t	ta = (uintptr_t) ca->tenant;
+	uintptr_t	tb = (uintptr_t) cb->tenant;
 
-	return ta < tb ? -1 : ta > tb ? 1 : 0;
+	if (ta != tb)
+		return ta < tb ? -1 : 1;
+	return ca->generation < cb->generation ? -1 : ca->generation > cb->generation ? 1 : 0;
 }
 
 /*
@@ -2406,6 +2416,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 			FsTenant   *entry = heap_at(fq, i)->tenant;
 
 			at[*nat].tenant = entry;
+			at[*nat].generation = entry->generation;
 			SpinLockAcquire(&entry->mutex);
 			at[*nat].rows = entry->ready_rows;
 			SpinLockRelease(&entry->mutex);
@@ -2577,6 +2588,7 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		c = hash_search(counts, entry->key.tenant, HASH_FIND, NULL);
 		counted = c != NULL ? c->rows : 0;
 		key.tenant = entry;
+		key.generation = entry->generation;
 		found = bsearch(&key, at, nat, sizeof(FsCountAt), fs_count_at_cmp);
 		if (found != NULL)
 			live_at = found->rows;

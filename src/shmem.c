@@ -40,11 +40,13 @@
  *	  not be.
  *
  * 4. Lease table (slots.c).  A partitioned dynahash with its own
- *	  FS_LEASE_PARTITIONS LWLocks, EXCLUSIVE for every change.  Sweeping
- *	  expired leases takes them all in ascending order.  A backend never holds
- *	  a tenant partition lock and a lease partition lock at the same time;
- *	  under a lease lock it may take a tenant entry's spinlock (the entry is
- *	  pinned by the lease).
+ *	  FS_LEASE_PARTITIONS LWLocks, EXCLUSIVE for every change, including the
+ *	  partition's heap of leases by expiry.  Sweeping expired leases takes one
+ *	  partition lock at a time, for a bounded batch.  Listing every lease
+ *	  (views, the state file) takes them all SHARED in ascending order.  A
+ *	  backend never holds a tenant partition lock and a lease partition lock
+ *	  at the same time; under a lease lock it may take a tenant entry's
+ *	  spinlock (the entry is pinned by the lease).
  *
  * 5. Queue table.  queues_lock, SHARED to look up, EXCLUSIVE to create.
  *	  Queues are never removed while the server runs, so backends cache
@@ -239,6 +241,7 @@ fs_shmem_startup_hook(void)
 		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS];
 		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
 		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);
+		pg_atomic_init_u32(&fs_shared->tenant_generation, 0);
 		pg_atomic_init_u64(&fs_shared->evict_not_before, 0);
 		pg_atomic_init_flag(&fs_shared->evicting);
 		ConditionVariableInit(&fs_shared->evict_done);
@@ -432,6 +435,22 @@ fs_tenant_key_init(FsTenantKey *key, uint32 queue_id, const char *tenant)
 	strlcpy(key->tenant, tenant, sizeof(key->tenant));
 }
 
+/*
+ * A generation for an entry being created or recycled: never 0, so that 0
+ * can stand for "none".  It wraps after four billion entries, long after
+ * anything that remembered an old one has let go of it.
+ */
+static uint32
+fs_tenant_next_generation(void)
+{
+	uint32		generation;
+
+	do
+		generation = pg_atomic_add_fetch_u32(&fs_shared->tenant_generation, 1);
+	while (generation == 0);
+	return generation;
+}
+
 static void
 fs_tenant_init(FsTenant *entry, TimestampTz now)
 {
@@ -439,6 +458,7 @@ fs_tenant_init(FsTenant *entry, TimestampTz now)
 		   sizeof(FsTenant) - sizeof(FsTenantKey));
 	SpinLockInit(&entry->mutex);
 	entry->flags = FS_TENANT_NEW;
+	entry->generation = fs_tenant_next_generation();
 	entry->limits_generation = 0;	/* never current: limits load on first use */
 	entry->budget_ms_per_minute = -1;
 	entry->weight = 1.0;

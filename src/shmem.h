@@ -92,6 +92,10 @@ typedef struct FsTenant
 	uint32		limits_generation;	/* of the cached limits below */
 	int32		max_slots;
 	int32		min_slots;
+	uint32		generation;		/* new for every entry created or recycled:
+								 * what remembers a pointer to the entry
+								 * across a lock release keeps this too, and
+								 * a mismatch means the entry was reused */
 	float8		weight;
 	float8		budget_ms_per_minute;
 	float8		throttle;
@@ -148,6 +152,7 @@ typedef struct FsShared
 
 	pg_atomic_uint32 limits_generation; /* bumped when fs_limits commits */
 	pg_atomic_uint64 next_lease_id;
+	pg_atomic_uint32 tenant_generation; /* the last FsTenant.generation */
 	pg_atomic_uint64 evict_not_before;	/* no eviction pass before this time */
 	pg_atomic_flag evicting;	/* an eviction pass runs: one at a time */
 	ConditionVariable evict_done;	/* broadcast when a pass ends */

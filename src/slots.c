@@ -9,6 +9,20 @@
  * table with an expiry.  A lease ends when it is released, or when it is not
  * renewed in time (whoever looks at it next, or the sweeper, frees the slot).
  *
+ * Each lease partition keeps its live and orphan leases in a heap by expiry,
+ * so a sweep takes off only what has expired, a batch per hold of a
+ * partition lock, and never looks at the rest of the table.  A tenant's
+ * earliest_expiry is a lower bound of its live leases' expiries (exact
+ * until one of them ends early): a denied acquire whose tenant may hold an
+ * expired lease frees a bounded number of expired leases and looks again.
+ *
+ * A lease keeps a pointer to its tenant entry and the entry's generation.
+ * The lease pins the entry (shmem.c, rule 2) as long as the counts are
+ * right; should a slot ever be given back twice, the entry may be evicted
+ * and reused, and the generation tells: the lease's slot is then gone with
+ * it.  Counts are kept from going below zero, and the debug build raises an
+ * error where that was needed.
+ *
  * Leases follow the transaction that touches them:
  *
  *	- A lease acquired in a transaction that aborts is returned at abort
@@ -66,6 +80,37 @@ PG_FUNCTION_INFO_V1(fs_renew_slot);
 static HTAB *fs_lease_hash = NULL;
 static LWLockPadded *fs_lease_locks = NULL;
 
+/*
+ * Each lease partition keeps its LIVE and ORPHAN leases in pairing heaps
+ * ordered by expiry, under the partition's lock, so that freeing expired
+ * leases touches only those.  A pairing heap may have to pair up every
+ * lease added since its top last changed, and leases mostly come in order
+ * of expiry: FS_LEASE_HEAPS heaps per partition (by the id's hash) keep
+ * that one step short under the lock.  earliest_expiry is the earliest of
+ * their tops, written under the lock and read without it: a sweep passes
+ * over a partition with nothing expired without taking its lock.
+ */
+#define FS_LEASE_HEAPS		16
+
+typedef struct FsLeasePartition
+{
+	pg_atomic_uint64 earliest_expiry;	/* a TimestampTz; DT_NOEND: empty */
+	/* under the partition's lock: */
+	pairingheap_node *roots[FS_LEASE_HEAPS];
+	TimestampTz tops[FS_LEASE_HEAPS];	/* each root's expiry, or DT_NOEND */
+} FsLeasePartition;
+
+static FsLeasePartition *fs_lease_parts = NULL;
+
+/* Expired leases taken off a partition under one hold of its lock, at most. */
+#define FS_SWEEP_BATCH		128
+
+/*
+ * Expired leases a decision frees inline (a denied acquire, a full lease
+ * table), at most: the background sweeper frees the rest.
+ */
+#define FS_SWEEP_INLINE_MAX	4096
+
 /* ----------------------------------------------------------------
  * What this transaction did to leases (backend-local)
  * ----------------------------------------------------------------
@@ -81,6 +126,7 @@ typedef struct FsLocalLease
 {
 	int64		lease_id;
 	FsTenant   *tenant;			/* pinned by the lease while it exists */
+	uint32		generation;		/* the tenant's, when the record was made */
 	SubTransactionId subid;
 	uint8		kind;			/* FsLocalKind */
 	bool		handed_over;	/* RELEASING: a later acquire took its slot */
@@ -117,7 +163,8 @@ fs_local_reserve(void)
 
 /* Add a record; fs_local_reserve() has made room for it. */
 static void
-fs_local_push(int64 lease_id, FsTenant *tenant, FsLocalKind kind, int took_over)
+fs_local_push(int64 lease_id, FsTenant *tenant, uint32 generation, FsLocalKind kind,
+			  int took_over)
 {
 	FsLocalLease *rec;
 
@@ -125,6 +172,7 @@ fs_local_push(int64 lease_id, FsTenant *tenant, FsLocalKind kind, int took_over)
 	rec = &local_leases[local_count++];
 	rec->lease_id = lease_id;
 	rec->tenant = tenant;
+	rec->generation = generation;
 	rec->subid = GetCurrentSubTransactionId();
 	rec->kind = kind;
 	rec->handed_over = false;
@@ -150,9 +198,13 @@ fs_local_find(int64 lease_id, FsLocalKind kind)
 	return -1;
 }
 
-/* A RELEASING record of this tenant whose slot is still free to take. */
+/*
+ * A RELEASING record of this tenant whose slot is still free to take.  The
+ * generation tells the tenant from a later one that reuses its entry (the
+ * released lease may have gone, with its pin, in another transaction).
+ */
 static int
-fs_local_find_pending(FsTenant *tenant)
+fs_local_find_pending(FsTenant *tenant, uint32 generation)
 {
 	int			i;
 
@@ -161,7 +213,8 @@ fs_local_find_pending(FsTenant *tenant)
 	for (i = local_count - 1; i >= 0; i--)
 		if (local_leases[i].kind == FS_LOCAL_RELEASING &&
 			!local_leases[i].handed_over &&
-			local_leases[i].tenant == tenant)
+			local_leases[i].tenant == tenant &&
+			local_leases[i].generation == generation)
 			return i;
 	return -1;
 }
@@ -174,15 +227,35 @@ fs_local_find_pending(FsTenant *tenant)
 Size
 fs_slots_shmem_size(void)
 {
-	return hash_estimate_size(fs_max_leases, sizeof(FsLease));
+	return add_size(hash_estimate_size(fs_max_leases, sizeof(FsLease)),
+					mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition)));
 }
 
 void
 fs_slots_shmem_init(void)
 {
 	HASHCTL		info;
+	bool		found;
+	int			i;
+	int			h;
 
 	fs_lease_locks = &GetNamedLWLockTranche("fairshare")[FS_LEASE_LOCKS_OFFSET];
+
+	fs_lease_parts = ShmemInitStruct("fairshare lease expiries",
+									 mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition)),
+									 &found);
+	if (!found)
+	{
+		for (i = 0; i < FS_LEASE_PARTITIONS; i++)
+		{
+			pg_atomic_init_u64(&fs_lease_parts[i].earliest_expiry, (uint64) DT_NOEND);
+			for (h = 0; h < FS_LEASE_HEAPS; h++)
+			{
+				fs_lease_parts[i].roots[h] = NULL;
+				fs_lease_parts[i].tops[h] = DT_NOEND;
+			}
+		}
+	}
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(int64);
@@ -201,35 +274,162 @@ fs_lease_lock(uint32 hashvalue)
 	return &fs_lease_locks[hashvalue % FS_LEASE_PARTITIONS].lock;
 }
 
+/* The expiry heaps are min-heaps: the earlier expiry comes first. */
+static int
+fs_lease_expiry_cmp(const pairingheap_node *a, const pairingheap_node *b,
+					void *arg pg_attribute_unused())
+{
+	TimestampTz ea = pairingheap_const_container(FsLease, expiry_node, a)->expires_at;
+	TimestampTz eb = pairingheap_const_container(FsLease, expiry_node, b)->expires_at;
+
+	return (ea < eb) - (ea > eb);
+}
+
 /*
- * Give back a slot of `tenant` (pinned by the caller's lease, which is gone
- * or no longer counted).  Never goes below zero.  After this the caller must
- * not touch the entry: the pin is gone.
+ * Store heap `h` of a partition after a change, and publish the partition's
+ * earliest expiry.  Shared memory keeps only the roots: the comparator is
+ * each backend's own.
  */
 static void
-fs_tenant_slot_free(FsTenant *tenant, bool expired)
+fs_lease_heap_store(FsLeasePartition *part, int h, pairingheap_node *root)
 {
-	FsQueue    *queue = fs_queue_of(tenant);
-	bool		freed = false;
+	TimestampTz old_top = part->tops[h];
+	TimestampTz new_top = DT_NOEND;
+	TimestampTz earliest = (TimestampTz) pg_atomic_read_u64(&part->earliest_expiry);
+	int			i;
+
+	if (root != NULL)
+		new_top = pairingheap_container(FsLease, expiry_node, root)->expires_at;
+	part->roots[h] = root;
+	part->tops[h] = new_top;
+	if (new_top < earliest)
+		earliest = new_top;
+	else if (old_top == earliest && new_top != old_top)
+	{
+		/* This heap had the earliest top, and it moved on: look at all. */
+		earliest = part->tops[0];
+		for (i = 1; i < FS_LEASE_HEAPS; i++)
+			earliest = Min(earliest, part->tops[i]);
+	}
+	else
+		return;
+	pg_atomic_write_u64(&part->earliest_expiry, (uint64) earliest);
+}
+
+/* The heap of the lease with this hash: its partition's, and which one. */
+static inline FsLeasePartition *
+fs_lease_heap_of(uint32 hashvalue, int *h)
+{
+	*h = (int) ((hashvalue / FS_LEASE_PARTITIONS) % FS_LEASE_HEAPS);
+	return &fs_lease_parts[hashvalue % FS_LEASE_PARTITIONS];
+}
+
+/* Put a LIVE or ORPHAN lease in its heap (partition lock held EXCLUSIVE). */
+static void
+fs_lease_heap_add(uint32 hashvalue, FsLease *lease)
+{
+	int			h;
+	FsLeasePartition *part = fs_lease_heap_of(hashvalue, &h);
+	pairingheap heap = {fs_lease_expiry_cmp, NULL, part->roots[h]};
+
+	pairingheap_add(&heap, &lease->expiry_node);
+	fs_lease_heap_store(part, h, heap.ph_root);
+}
+
+/* Take a LIVE or ORPHAN lease out of its heap (partition lock held EXCLUSIVE). */
+static void
+fs_lease_heap_remove(uint32 hashvalue, FsLease *lease)
+{
+	int			h;
+	FsLeasePartition *part = fs_lease_heap_of(hashvalue, &h);
+	pairingheap heap = {fs_lease_expiry_cmp, NULL, part->roots[h]};
+
+	pairingheap_remove(&heap, &lease->expiry_node);
+	fs_lease_heap_store(part, h, heap.ph_root);
+}
+
+/*
+ * Is the entry a lease points to still the tenant that took it?  Always,
+ * unless a count that pinned it was dropped twice and the entry was evicted
+ * and reused: then the lease's slot no longer exists.  Under the lease's lock.
+ */
+static inline bool
+fs_lease_tenant_ok(const FsLease *lease)
+{
+	return lease->tenant->generation == lease->tenant_generation;
+}
+
+/*
+ * Report a count that had to be kept from going below zero, or a lease
+ * whose tenant entry was reused: the debug build's error, where an error is
+ * allowed.  At transaction end (an error there would be a PANIC) it is a
+ * warning.  A no-op in the ordinary build, which clamps and goes on.
+ */
+static void
+fs_lease_count_was_wrong(bool wrong, bool at_xact_end)
+{
+#ifdef FS_DEBUG
+	if (!wrong)
+		return;
+	if (!at_xact_end)
+		fs_invariant_failed("a lease's slot or pin is given back once", __FILE__, __LINE__);
+	ereport(WARNING,
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg("fairshare invariant violated: a lease's slot or pin is given back once"),
+			 errhint("This is a bug in fairshare, caught by its debug build (make FS_DEBUG=1).")));
+#else
+	(void) wrong;
+	(void) at_xact_end;
+#endif
+}
+
+/*
+ * Give back what a lease that is gone (or no longer counted) held in its
+ * tenant: a slot, or for an orphan its pin.  `generation` is the tenant's
+ * when the lease was taken; if the entry has been reused since, there is
+ * nothing left to give back.  Counts never go below zero.  Returns false
+ * when the count was already zero or the entry reused: something gave it
+ * back twice (see fs_lease_count_was_wrong()).  After this the caller must
+ * not touch the entry: the pin is gone.
+ */
+static bool
+fs_lease_pin_release(FsTenant *tenant, uint32 generation, bool orphan, bool expired)
+{
+	FsQueue    *queue = NULL;
+	bool		ok = true;
 
 	SpinLockAcquire(&tenant->mutex);
-	if (tenant->slots_in_use > 0)
+	if (tenant->generation != generation)
+		ok = false;
+	else if (orphan)
 	{
-		tenant->slots_in_use--;
-		freed = true;
+		if (tenant->orphan_leases > 0)
+			tenant->orphan_leases--;
+		else
+			ok = false;
 	}
-	if (tenant->slots_in_use == 0)
-		tenant->earliest_expiry = DT_NOEND;
-	if (expired)
-		tenant->leases_expired++;
+	else
+	{
+		/* The queue before the count drops: after that the entry may go. */
+		if (tenant->slots_in_use > 0)
+		{
+			queue = fs_queue_of(tenant);
+			tenant->slots_in_use--;
+		}
+		else
+			ok = false;
+		if (tenant->slots_in_use == 0)
+			tenant->earliest_expiry = DT_NOEND;
+		if (expired)
+			tenant->leases_expired++;
+	}
 	SpinLockRelease(&tenant->mutex);
-	if (freed)
+	if (queue != NULL)
 	{
 		fs_queue_slots_sub(queue, 1);
 		fs_tenant_may_be_idle();
 	}
-	if (expired)
-		FS_COUNT_GLOBAL(leases_expired);
+	return ok;
 }
 
 static inline void
@@ -246,13 +446,16 @@ fs_tenant_note_expiry(FsTenant *tenant, TimestampTz expires_at)
  * ----------------------------------------------------------------
  */
 
+static int	fs_lease_sweep(TimestampTz now, int max_leases);
+
 /*
  * Insert a live lease for `entry` (whose slot the caller has counted) under
  * a fresh id, sweeping expired leases once if the table is full.  Returns
  * NULL, with *lease_id set to an untracked id, when there is no room.
  */
 static FsLease *
-fs_lease_insert(FsTenant *entry, TimestampTz now, TimestampTz expires_at, int64 *lease_id)
+fs_lease_insert(FsTenant *entry, uint32 generation, TimestampTz now, TimestampTz expires_at,
+				int64 *lease_id)
 {
 	FsLease    *lease = NULL;
 	bool		found = true;
@@ -278,13 +481,9 @@ fs_lease_insert(FsTenant *entry, TimestampTz now, TimestampTz expires_at, int64 
 			lease->holder_pid = MyProcPid;
 			lease->owner = owner;
 			lease->state = FS_LEASE_LIVE;
-
-			/*
-			 * A sweep that ran between counting the slot and now recomputed
-			 * the tenant's earliest expiry without this lease: note it again,
-			 * under this lease's lock, which every sweep must take.
-			 */
-			fs_tenant_note_expiry(entry, expires_at);
+			lease->tenant_generation = generation;
+			/* The decision noted its expiry in the tenant already. */
+			fs_lease_heap_add(hashvalue, lease);
 		}
 		LWLockRelease(lock);
 
@@ -296,7 +495,7 @@ fs_lease_insert(FsTenant *entry, TimestampTz now, TimestampTz expires_at, int64 
 		{
 			if (swept)
 				return NULL;
-			fs_sweep_expired_leases(now);
+			(void) fs_lease_sweep(now, FS_SWEEP_INLINE_MAX);
 			swept = true;
 		}
 	}
@@ -331,6 +530,8 @@ fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
 	FsReason	deny_reason;
 	int64		lease_id;
 	FsLease    *lease;
+	uint32		generation;
+	bool		count_ok;
 
 	decision->lease_id = 0;
 	decision->slots_in_use = 0;
@@ -352,7 +553,9 @@ retry:
 		goto fail_open;
 
 	ceiling = fs_gate_ceiling(&cap, &ref.limits, &deny_reason);
-	pending = fs_local_find_pending(entry);
+	/* Set when the entry was made, under its partition lock, which we hold. */
+	generation = entry->generation;
+	pending = fs_local_find_pending(entry, generation);
 	need_sweep = false;
 
 	SpinLockAcquire(&entry->mutex);
@@ -381,8 +584,11 @@ retry:
 	{
 		if (need_sweep)
 		{
-			/* One of its leases may have expired: free them and look again. */
-			fs_sweep_expired_leases(now);
+			/*
+			 * One of its leases may have expired: free expired leases (a
+			 * bounded number: not a sweep of the table) and look again.
+			 */
+			(void) fs_lease_sweep(now, FS_SWEEP_INLINE_MAX);
 			swept = true;
 			goto retry;
 		}
@@ -394,14 +600,17 @@ retry:
 	pg_atomic_fetch_add_u32(&queue->slots_in_use, 1);
 
 	/* The slot is ours and pins the entry.  Record the lease. */
-	lease = fs_lease_insert(entry, now, expires_at, &lease_id);
+	lease = fs_lease_insert(entry, generation, now, expires_at, &lease_id);
 	if (lease == NULL)
 	{
 		/* No room to track it: give the slot back and fail open. */
 		SpinLockAcquire(&entry->mutex);
-		entry->decisions[FS_REASON_GRANTED]--;
+		/* fs_reset() may have zeroed the count since. */
+		if (entry->decisions[FS_REASON_GRANTED] > 0)
+			entry->decisions[FS_REASON_GRANTED]--;
 		SpinLockRelease(&entry->mutex);
-		fs_tenant_slot_free(entry, false);
+		count_ok = fs_lease_pin_release(entry, generation, false, false);
+		fs_lease_count_was_wrong(!count_ok, false);
 		FS_COUNT_GLOBAL(lease_table_full);
 		decision->lease_id = lease_id;
 		decision->reason = FS_REASON_FAIL_OPEN;
@@ -412,7 +621,7 @@ retry:
 		return;
 	}
 
-	fs_local_push(lease_id, entry, FS_LOCAL_ACQUIRED, pending >= 0 ? pending + 1 : 0);
+	fs_local_push(lease_id, entry, generation, FS_LOCAL_ACQUIRED, pending >= 0 ? pending + 1 : 0);
 	if (pending >= 0)
 	{
 		local_leases[pending].handed_over = true;
@@ -435,30 +644,26 @@ fail_open:
 }
 
 /*
- * Remove an expired lease found under its lock; frees its slot (or its
- * orphan pin).  Returns with the lock released.
+ * Remove a LIVE or ORPHAN lease found under its lock (expired, or left by a
+ * tenant entry that was reused), and give back its slot (or its orphan
+ * pin).  Returns with the lock released.
  */
 static void
-fs_lease_expire_locked(FsLease *lease, uint32 hashvalue, LWLock *lock)
+fs_lease_expire_locked(FsLease *lease, uint32 hashvalue, LWLock *lock, bool at_xact_end)
 {
 	FsTenant   *tenant = lease->tenant;
+	uint32		generation = lease->tenant_generation;
 	bool		orphan = lease->state == FS_LEASE_ORPHAN;
 	int64		lease_id = lease->lease_id;
+	bool		count_ok;
 
+	fs_lease_heap_remove(hashvalue, lease);
 	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
-	if (orphan)
-	{
-		SpinLockAcquire(&tenant->mutex);
-		if (tenant->orphan_leases > 0)
-			tenant->orphan_leases--;
-		SpinLockRelease(&tenant->mutex);
-		LWLockRelease(lock);
-	}
-	else
-	{
-		LWLockRelease(lock);
-		fs_tenant_slot_free(tenant, true);
-	}
+	LWLockRelease(lock);
+	count_ok = fs_lease_pin_release(tenant, generation, orphan, !orphan);
+	if (!orphan)
+		FS_COUNT_GLOBAL(leases_expired);
+	fs_lease_count_was_wrong(!count_ok, at_xact_end);
 }
 
 /*
@@ -531,7 +736,9 @@ fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
 	LWLock	   *lock = fs_lease_lock(hashvalue);
 	FsLease    *lease;
 	FsTenant   *tenant;
+	uint32		generation;
 	int			acquired;
+	bool		count_ok;
 
 	*held_usecs = 0;
 	fs_local_reserve();
@@ -550,22 +757,22 @@ fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
 	}
 	if (lease->expires_at <= now)
 	{
-		fs_lease_expire_locked(lease, hashvalue, lock);
+		fs_lease_expire_locked(lease, hashvalue, lock, false);
 		return FS_LEASE_OP_FALSE;
 	}
 
 	tenant = lease->tenant;
+	generation = lease->tenant_generation;
 	*held_usecs = now - lease->acquired_at;
 
 	if (lease->state == FS_LEASE_ORPHAN)
 	{
 		/* Its holder finished after a crash: forget it. */
+		fs_lease_heap_remove(hashvalue, lease);
 		hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
-		SpinLockAcquire(&tenant->mutex);
-		if (tenant->orphan_leases > 0)
-			tenant->orphan_leases--;
-		SpinLockRelease(&tenant->mutex);
 		LWLockRelease(lock);
+		count_ok = fs_lease_pin_release(tenant, generation, true, false);
+		fs_lease_count_was_wrong(!count_ok, false);
 		return FS_LEASE_OP_TRUE;
 	}
 
@@ -575,6 +782,7 @@ fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
 		/* Acquired in this very (sub)transaction: free it now. */
 		int			took_over = local_leases[acquired].took_over;
 
+		fs_lease_heap_remove(hashvalue, lease);
 		hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
 		LWLockRelease(lock);
 		local_leases[acquired].kind = FS_LOCAL_DEAD;
@@ -584,16 +792,18 @@ fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
 			local_leases[took_over - 1].handed_over = false;
 			local_pending_slots++;
 		}
-		fs_tenant_slot_free(tenant, false);
+		count_ok = fs_lease_pin_release(tenant, generation, false, false);
 		fs_local_trim();
+		fs_lease_count_was_wrong(!count_ok, false);
 		return FS_LEASE_OP_TRUE;
 	}
 
-	/* Released at commit. */
+	/* Released at commit; until then no sweep may expire it. */
+	fs_lease_heap_remove(hashvalue, lease);
 	lease->state = FS_LEASE_RELEASING;
 	lease->holder_pid = MyProcPid;
 	LWLockRelease(lock);
-	fs_local_push(lease_id, tenant, FS_LOCAL_RELEASING, 0);
+	fs_local_push(lease_id, tenant, generation, FS_LOCAL_RELEASING, 0);
 	local_pending_slots++;
 	return FS_LEASE_OP_TRUE;
 }
@@ -628,6 +838,7 @@ fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed
 	FsLease    *lease;
 	FsTenant   *tenant;
 	TimestampTz expires_at = now + lease_usecs;
+	bool		count_ok = true;
 
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
@@ -642,14 +853,17 @@ fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed
 		LWLockRelease(lock);
 		return FS_LEASE_OP_CHECK_OWNER;
 	}
-	if (lease->expires_at <= now)
+	if (lease->expires_at <= now || !fs_lease_tenant_ok(lease))
 	{
-		fs_lease_expire_locked(lease, hashvalue, lock);
+		/* Expired, or its tenant's entry is gone: so is the lease. */
+		fs_lease_expire_locked(lease, hashvalue, lock, false);
 		return FS_LEASE_OP_FALSE;
 	}
 
 	tenant = lease->tenant;
+	fs_lease_heap_remove(hashvalue, lease);
 	lease->expires_at = expires_at;
+	fs_lease_heap_add(hashvalue, lease);
 	if (!OidIsValid(lease->owner))
 		lease->owner = GetUserId();
 	if (lease->state == FS_LEASE_ORPHAN)
@@ -658,6 +872,8 @@ fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed
 		SpinLockAcquire(&tenant->mutex);
 		if (tenant->orphan_leases > 0)
 			tenant->orphan_leases--;
+		else
+			count_ok = false;
 		tenant->slots_in_use++;
 		if (expires_at < tenant->earliest_expiry)
 			tenant->earliest_expiry = expires_at;
@@ -665,6 +881,7 @@ fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed
 		pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
 		LWLockRelease(lock);
 		FS_COUNT_GLOBAL(leases_reregistered);
+		fs_lease_count_was_wrong(!count_ok, false);
 		return FS_LEASE_OP_TRUE;
 	}
 	fs_tenant_note_expiry(tenant, expires_at);
@@ -677,121 +894,83 @@ fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed
  * ----------------------------------------------------------------
  */
 
-typedef struct FsSweepItem
+/* What a sweep copies out of an expired lease, to give back after the lock. */
+typedef struct FsExpiredLease
 {
-	FsTenant   *tenant;
-	TimestampTz expires_at;		/* survivors: their expiry */
-	int32		freed;			/* expired leases that held a slot */
-	int32		orphans_freed;
-} FsSweepItem;
-
-static int
-fs_sweep_item_cmp(const void *a, const void *b)
-{
-	uintptr_t	ta = (uintptr_t) ((const FsSweepItem *) a)->tenant;
-	uintptr_t	tb = (uintptr_t) ((const FsSweepItem *) b)->tenant;
-
-	return (ta > tb) - (ta < tb);
-}
+	FsTenant   *tenant;			/* pinned by the slot (or orphan pin) the
+								 * lease held, until it is given back */
+	uint32		generation;
+	bool		orphan;
+} FsExpiredLease;
 
 /*
- * Free every expired lease, and recompute the earliest expiry of every
- * tenant that has leases.  Takes every lease partition lock; between taking
- * and releasing them nothing can fail (the work array is allocated first).
- * Returns the number of leases freed.
+ * Free up to `max_leases` leases that expired by `now`, one partition at a
+ * time.  Under a partition's lock only the expired tops of its heaps are
+ * taken off, at most FS_SWEEP_BATCH leases per hold, and copied out; their
+ * slots are given back once the lock is released.  A partition whose earliest
+ * expiry is still to come is passed over without its lock, so the work is
+ * in proportion to the leases that expired, not to the table.  RELEASING
+ * leases are in no heap: their transactions settle them.  Returns the
+ * number of leases freed.
  */
-int
-fs_sweep_expired_leases(TimestampTz now)
+static int
+fs_lease_sweep(TimestampTz now, int max_leases)
 {
-	HASH_SEQ_STATUS seq;
-	FsLease    *lease;
-	FsSweepItem *items;
-	int			nitems = 0;
+	FsExpiredLease batch[FS_SWEEP_BATCH];
 	int			freed = 0;
-	int			i;
+	bool		counts_ok = true;
+	int			p;
 
-	/* A decision may be waiting on this sweep: never fail it for memory. */
-	items = palloc_extended(sizeof(FsSweepItem) * fs_max_leases,
-							MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
-	if (items == NULL)
-		return 0;
-
-	for (i = 0; i < FS_LEASE_PARTITIONS; i++)
-		LWLockAcquire(&fs_lease_locks[i].lock, LW_EXCLUSIVE);
-
-	hash_seq_init(&seq, fs_lease_hash);
-	while ((lease = hash_seq_search(&seq)) != NULL)
+	/* See every heap top published before this sweep began. */
+	pg_memory_barrier();
+	for (p = 0; p < FS_LEASE_PARTITIONS && freed < max_leases; p++)
 	{
-		FsSweepItem *item;
+		FsLeasePartition *part = &fs_lease_parts[p];
+		LWLock	   *lock = &fs_lease_locks[p].lock;
 
-		if (nitems >= fs_max_leases)
+		while (freed < max_leases &&
+			   (TimestampTz) pg_atomic_read_u64(&part->earliest_expiry) <= now)
 		{
-			hash_seq_term(&seq);
-			break;
-		}
-		item = &items[nitems++];
-		item->tenant = lease->tenant;
-		item->freed = 0;
-		item->orphans_freed = 0;
-		item->expires_at = DT_NOEND;
+			int			want = Min(FS_SWEEP_BATCH, max_leases - freed);
+			int			n = 0;
+			int			h;
+			int			i;
 
-		if (lease->state == FS_LEASE_RELEASING)
-			continue;			/* its transaction settles it */
-		if (lease->expires_at <= now)
-		{
-			if (lease->state == FS_LEASE_ORPHAN)
-				item->orphans_freed = 1;
-			else
-				item->freed = 1;
-			/* Removing the element just returned is allowed during a scan. */
-			hash_search(fs_lease_hash, &lease->lease_id, HASH_REMOVE, NULL);
-			freed++;
+			LWLockAcquire(lock, LW_EXCLUSIVE);
+			for (h = 0; h < FS_LEASE_HEAPS && n < want; h++)
+			{
+				pairingheap heap = {fs_lease_expiry_cmp, NULL, part->roots[h]};
+
+				if (part->tops[h] > now)
+					continue;
+				while (n < want && heap.ph_root != NULL)
+				{
+					FsLease    *lease = pairingheap_container(FsLease, expiry_node,
+															  heap.ph_root);
+					int64		lease_id = lease->lease_id;
+
+					if (lease->expires_at > now)
+						break;
+					(void) pairingheap_remove_first(&heap);
+					batch[n].tenant = lease->tenant;
+					batch[n].generation = lease->tenant_generation;
+					batch[n].orphan = lease->state == FS_LEASE_ORPHAN;
+					n++;
+					hash_search(fs_lease_hash, &lease_id, HASH_REMOVE, NULL);
+				}
+				fs_lease_heap_store(part, h, heap.ph_root);
+			}
+			LWLockRelease(lock);
+
+			for (i = 0; i < n; i++)
+				if (!fs_lease_pin_release(batch[i].tenant, batch[i].generation,
+										  batch[i].orphan, !batch[i].orphan))
+					counts_ok = false;
+			freed += n;
+			if (n < want)
+				break;			/* nothing else in this partition has expired */
 		}
-		else if (lease->state == FS_LEASE_LIVE)
-			item->expires_at = lease->expires_at;
 	}
-
-	/* Group by tenant; every tenant here is pinned by what we hold. */
-	qsort(items, nitems, sizeof(FsSweepItem), fs_sweep_item_cmp);
-	for (i = 0; i < nitems;)
-	{
-		FsTenant   *tenant = items[i].tenant;
-		TimestampTz earliest = DT_NOEND;
-		int32		slots = 0;
-		int32		orphans = 0;
-		int			j;
-		FsQueue    *queue;
-
-		/*
-		 * The queue before the count: the leases removed above pin the
-		 * tenant until its count drops, and after that the entry may be
-		 * evicted and reused by another queue's tenant.
-		 */
-		queue = fs_queue_of(tenant);
-		for (j = i; j < nitems && items[j].tenant == tenant; j++)
-		{
-			slots += items[j].freed;
-			orphans += items[j].orphans_freed;
-			if (items[j].expires_at < earliest)
-				earliest = items[j].expires_at;
-		}
-
-		SpinLockAcquire(&tenant->mutex);
-		slots = Min(slots, tenant->slots_in_use);
-		tenant->slots_in_use -= slots;
-		tenant->orphan_leases = (uint16) Max(0, (int) tenant->orphan_leases - orphans);
-		tenant->leases_expired += slots;
-		tenant->earliest_expiry = earliest;
-		SpinLockRelease(&tenant->mutex);
-		if (slots > 0)
-			fs_queue_slots_sub(queue, (uint32) slots);
-		i = j;
-	}
-
-	for (i = FS_LEASE_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_lease_locks[i].lock);
-
-	pfree(items);
 
 	if (freed > 0)
 	{
@@ -799,7 +978,18 @@ fs_sweep_expired_leases(TimestampTz now)
 		fs_shared->stats.leases_expired += freed;
 		SpinLockRelease(&fs_shared->stats_mutex);
 	}
+	fs_lease_count_was_wrong(!counts_ok, false);
 	return freed;
+}
+
+/*
+ * Free every expired lease (the background sweeper).  No lock is held for
+ * more than FS_SWEEP_BATCH leases.  Returns the number of leases freed.
+ */
+int
+fs_sweep_expired_leases(TimestampTz now)
+{
+	return fs_lease_sweep(now, INT_MAX);
 }
 
 /* ----------------------------------------------------------------
@@ -854,14 +1044,17 @@ fs_lease_restore(int64 lease_id, FsTenant *tenant, Oid owner, TimestampTz acquir
 {
 	FsLease    *lease;
 	bool		found;
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
 
 	Assert(!IsUnderPostmaster);
 	if (orphan && tenant->orphan_leases == PG_UINT16_MAX)
 		return false;
-	lease = hash_search(fs_lease_hash, &lease_id, HASH_ENTER_NULL, &found);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_ENTER_NULL, &found);
 	if (lease == NULL || found)
 		return false;
 	lease->tenant = tenant;
+	lease->tenant_generation = tenant->generation;
 	lease->acquired_at = acquired_at;
 	lease->expires_at = expires_at;
 	lease->holder_pid = 0;
@@ -879,6 +1072,7 @@ fs_lease_restore(int64 lease_id, FsTenant *tenant, Oid owner, TimestampTz acquir
 		if (expires_at < tenant->earliest_expiry)
 			tenant->earliest_expiry = expires_at;
 	}
+	fs_lease_heap_add(hashvalue, lease);
 	return true;
 }
 
@@ -902,7 +1096,15 @@ fs_lease_unrelease(int64 lease_id)
 		lease->holder_pid == MyProcPid)
 	{
 		lease->state = FS_LEASE_LIVE;
-		fs_tenant_note_expiry(lease->tenant, lease->expires_at);
+		fs_lease_heap_add(hashvalue, lease);
+		if (fs_lease_tenant_ok(lease))
+			fs_tenant_note_expiry(lease->tenant, lease->expires_at);
+		else
+		{
+			/* Its tenant's entry is gone, and so is its slot. */
+			fs_lease_expire_locked(lease, hashvalue, lock, true);
+			return;
+		}
 	}
 	LWLockRelease(lock);
 }
@@ -915,6 +1117,8 @@ fs_lease_drop(int64 lease_id)
 	LWLock	   *lock = fs_lease_lock(hashvalue);
 	FsLease    *lease;
 	FsTenant   *tenant;
+	uint32		generation;
+	bool		count_ok;
 
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
@@ -926,9 +1130,13 @@ fs_lease_drop(int64 lease_id)
 		return;
 	}
 	tenant = lease->tenant;
+	generation = lease->tenant_generation;
+	if (lease->state != FS_LEASE_RELEASING)
+		fs_lease_heap_remove(hashvalue, lease);
 	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
 	LWLockRelease(lock);
-	fs_tenant_slot_free(tenant, false);
+	count_ok = fs_lease_pin_release(tenant, generation, false, false);
+	fs_lease_count_was_wrong(!count_ok, true);
 }
 
 /*

@@ -8,6 +8,8 @@
 #ifndef FAIRSHARE_SLOTS_H
 #define FAIRSHARE_SLOTS_H
 
+#include "lib/pairingheap.h"
+
 #include "shmem.h"
 
 /* Longest lease a single acquire or renew may ask for. */
@@ -36,6 +38,9 @@ typedef struct FsLease
 								 * a version before owners (anyone may; the
 								 * first renew makes the renewer the owner) */
 	uint8		state;			/* FsLeaseState */
+	uint32		tenant_generation;	/* tenant->generation when it was taken */
+	pairingheap_node expiry_node;	/* LIVE and ORPHAN leases: in their
+									 * partition's heap by expires_at */
 } FsLease;
 
 /* A lease as copied out for views and the state file. */
