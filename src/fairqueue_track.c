@@ -184,72 +184,92 @@ fs_claim_map_remove(const FsClaimKey *key, int64 lease_id)
 	LWLockRelease(lock);
 }
 
+/*
+ * Visit every entry of the claim map a batch at a time (fs_hash_scan():
+ * its partition locks held in `mode` for one batch).  An entry that exists
+ * throughout is visited once; one added or removed meanwhile may or may
+ * not be.  With LW_EXCLUSIVE the visitor may remove the entry it is given.
+ */
 static void
-fs_claim_map_lock_all(LWLockMode mode)
+fs_claim_map_scan(LWLockMode mode, fs_hash_visitor visitor, void *arg)
 {
-	int			i;
-
-	for (i = 0; i < FS_CLAIM_PARTITIONS; i++)
-		LWLockAcquire(&fs_fair->claim_locks[i].lock, mode);
+	fs_hash_scan(fs_claim_hash, fs_fair->claim_locks, FS_CLAIM_PARTITIONS, mode, visitor, arg);
 }
 
-static void
-fs_claim_map_unlock_all(void)
+/* A scan's copies of the entries of one queue (or of the first queues). */
+typedef struct FsClaimCopies
 {
-	int			i;
+	uint32		queue_id;		/* this queue's entries ... */
+	uint32		below;			/* ... or, if nonzero, those of queues below it */
+	FsClaimEntry *entries;		/* room for fairshare.max_leases */
+	uint64		count;
+} FsClaimCopies;
 
-	for (i = FS_CLAIM_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_fair->claim_locks[i].lock);
+static void
+fs_claim_copy_visit(void *hash_entry, void *arg)
+{
+	FsClaimEntry *entry = (FsClaimEntry *) hash_entry;
+	FsClaimCopies *copies = (FsClaimCopies *) arg;
+	bool		wanted = copies->below != 0 ? entry->key.queue_id < copies->below :
+		entry->key.queue_id == copies->queue_id;
+
+	if (wanted && copies->count < (uint64) fs_max_leases)
+		copies->entries[copies->count++] = *entry;
 }
 
-/* Copies of the entries of one queue (allocated before locking). */
+/* Copies of the entries of one queue (allocated before the scan). */
 static FsClaimEntry *
 fs_claim_map_collect(uint32 queue_id, int *count)
 {
-	FsClaimEntry *entries = palloc_extended(sizeof(FsClaimEntry) * fs_max_leases,
-											MCXT_ALLOC_HUGE);
-	HASH_SEQ_STATUS seq;
-	FsClaimEntry *entry;
-	int			n = 0;
+	FsClaimCopies copies;
 
-	fs_claim_map_lock_all(LW_SHARED);
-	hash_seq_init(&seq, fs_claim_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-		if (entry->key.queue_id == queue_id && n < fs_max_leases)
-			entries[n++] = *entry;
-	fs_claim_map_unlock_all();
-	*count = n;
-	return entries;
+	copies.queue_id = queue_id;
+	copies.below = 0;
+	copies.entries = palloc_extended(sizeof(FsClaimEntry) * fs_max_leases, MCXT_ALLOC_HUGE);
+	copies.count = 0;
+	fs_claim_map_scan(LW_SHARED, fs_claim_copy_visit, &copies);
+	*count = (int) copies.count;
+	return copies.entries;
+}
+
+static void
+fs_claim_remove_visit(void *hash_entry, void *arg)
+{
+	FsClaimEntry *entry = (FsClaimEntry *) hash_entry;
+
+	if (entry->key.queue_id == *(uint32 *) arg)
+		hash_search(fs_claim_hash, &entry->key, HASH_REMOVE, NULL);
 }
 
 static void
 fs_claim_map_remove_queue(uint32 queue_id)
 {
-	HASH_SEQ_STATUS seq;
-	FsClaimEntry *entry;
+	fs_claim_map_scan(LW_EXCLUSIVE, fs_claim_remove_visit, &queue_id);
+}
 
-	fs_claim_map_lock_all(LW_EXCLUSIVE);
-	hash_seq_init(&seq, fs_claim_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-		if (entry->key.queue_id == queue_id)
-			hash_search(fs_claim_hash, &entry->key, HASH_REMOVE, NULL);
-	fs_claim_map_unlock_all();
+/* A scan's count of one queue's entries. */
+typedef struct FsClaimCount
+{
+	uint32		queue_id;
+	long		count;
+} FsClaimCount;
+
+static void
+fs_claim_count_visit(void *hash_entry, void *arg)
+{
+	FsClaimCount *c = (FsClaimCount *) arg;
+
+	if (((FsClaimEntry *) hash_entry)->key.queue_id == c->queue_id)
+		c->count++;
 }
 
 long
 fs_claim_map_count(uint32 queue_id)
 {
-	HASH_SEQ_STATUS seq;
-	FsClaimEntry *entry;
-	long		n = 0;
+	FsClaimCount c = {queue_id, 0};
 
-	fs_claim_map_lock_all(LW_SHARED);
-	hash_seq_init(&seq, fs_claim_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-		if (entry->key.queue_id == queue_id)
-			n++;
-	fs_claim_map_unlock_all();
-	return n;
+	fs_claim_map_scan(LW_SHARED, fs_claim_count_visit, &c);
+	return c.count;
 }
 
 typedef struct FsLiveLeases
@@ -288,6 +308,38 @@ fs_int64_cmp(const void *a, const void *b)
 static int64 *sweep_suspects = NULL;
 static int	sweep_nsuspects = 0;
 
+/* A claim-map sweep's state while it scans the map. */
+typedef struct FsClaimSweep
+{
+	int64		first_new;		/* leases numbered from here on are kept */
+	FsLiveLeases *live;			/* the leases listed, sorted */
+	int64	   *suspects;		/* missing this time (room for max_leases) */
+	int			nsuspects;
+	int			removed;
+} FsClaimSweep;
+
+/* fs_claim_map_scan() visitor of a sweep (partition locks exclusive). */
+static void
+fs_claim_sweep_visit(void *hash_entry, void *arg)
+{
+	FsClaimEntry *entry = (FsClaimEntry *) hash_entry;
+	FsClaimSweep *sweep = (FsClaimSweep *) arg;
+
+	if (entry->lease_id >= sweep->first_new ||
+		bsearch(&entry->lease_id, sweep->live->ids, sweep->live->count, sizeof(int64),
+				fs_int64_cmp) != NULL)
+		return;
+	if (sweep_suspects != NULL &&
+		bsearch(&entry->lease_id, sweep_suspects, sweep_nsuspects, sizeof(int64),
+				fs_int64_cmp) != NULL)
+	{
+		hash_search(fs_claim_hash, &entry->key, HASH_REMOVE, NULL);
+		sweep->removed++;
+	}
+	else if (sweep->nsuspects < fs_max_leases)
+		sweep->suspects[sweep->nsuspects++] = entry->lease_id;
+}
+
 /*
  * Forget claim-map entries whose leases are gone (released without the row
  * leaving the running table, or expired): missing from two listings in a
@@ -297,8 +349,7 @@ int
 fs_claim_map_sweep(void)
 {
 	FsLiveLeases live;
-	HASH_SEQ_STATUS seq;
-	FsClaimEntry *entry;
+	FsClaimSweep sweep;
 	int			removed = 0;
 	int64		first_new;
 	int64	   *suspects;
@@ -324,24 +375,14 @@ fs_claim_map_sweep(void)
 	fs_lease_foreach(fs_collect_live_lease, &live);
 	qsort(live.ids, live.count, sizeof(int64), fs_int64_cmp);
 
-	fs_claim_map_lock_all(LW_EXCLUSIVE);
-	hash_seq_init(&seq, fs_claim_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-	{
-		if (entry->lease_id >= first_new ||
-			bsearch(&entry->lease_id, live.ids, live.count, sizeof(int64), fs_int64_cmp) != NULL)
-			continue;
-		if (sweep_suspects != NULL &&
-			bsearch(&entry->lease_id, sweep_suspects, sweep_nsuspects, sizeof(int64),
-					fs_int64_cmp) != NULL)
-		{
-			hash_search(fs_claim_hash, &entry->key, HASH_REMOVE, NULL);
-			removed++;
-		}
-		else if (nsuspects < fs_max_leases)
-			suspects[nsuspects++] = entry->lease_id;
-	}
-	fs_claim_map_unlock_all();
+	sweep.first_new = first_new;
+	sweep.live = &live;
+	sweep.suspects = suspects;
+	sweep.nsuspects = 0;
+	sweep.removed = 0;
+	fs_claim_map_scan(LW_EXCLUSIVE, fs_claim_sweep_visit, &sweep);
+	removed = sweep.removed;
+	nsuspects = sweep.nsuspects;
 	pfree(live.ids);
 
 	qsort(suspects, nsuspects, sizeof(int64), fs_int64_cmp);
@@ -355,29 +396,18 @@ fs_claim_map_sweep(void)
 uint64
 fs_claim_map_save(StringInfo buf, uint32 nqueues)
 {
-	HASH_SEQ_STATUS seq;
-	FsClaimEntry *entry;
-	uint64		count = 0;
+	FsClaimCopies copies;
 
 	/* appendBinaryStringInfo may error: copy out first. */
-	FsClaimEntry *entries = palloc_extended(sizeof(FsClaimEntry) * fs_max_leases,
-											MCXT_ALLOC_HUGE);
-	uint64		n = 0;
-	uint64		i;
-
-	fs_claim_map_lock_all(LW_SHARED);
-	hash_seq_init(&seq, fs_claim_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-		if (entry->key.queue_id < nqueues && n < (uint64) fs_max_leases)
-			entries[n++] = *entry;
-	fs_claim_map_unlock_all();
-	for (i = 0; i < n; i++)
-	{
-		appendBinaryStringInfo(buf, (char *) &entries[i], sizeof(FsClaimEntry));
-		count++;
-	}
-	pfree(entries);
-	return count;
+	copies.queue_id = 0;
+	copies.below = nqueues;
+	copies.entries = palloc_extended(sizeof(FsClaimEntry) * fs_max_leases, MCXT_ALLOC_HUGE);
+	copies.count = 0;
+	if (nqueues > 0)
+		fs_claim_map_scan(LW_SHARED, fs_claim_copy_visit, &copies);
+	appendBinaryStringInfo(buf, (char *) copies.entries, copies.count * sizeof(FsClaimEntry));
+	pfree(copies.entries);
+	return copies.count;
 }
 
 /* In the postmaster, before any backend exists (no locks). */

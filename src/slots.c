@@ -997,33 +997,48 @@ fs_sweep_expired_leases(TimestampTz now)
  * ----------------------------------------------------------------
  */
 
+/* fs_lease_foreach()'s state: the caller's visitor and its argument. */
+typedef struct FsLeaseVisit
+{
+	fs_lease_visitor visitor;
+	void	   *arg;
+} FsLeaseVisit;
+
+/* fs_hash_scan() visitor of fs_lease_foreach(): hand on the lease's facts. */
+static void
+fs_lease_visit_copy(void *hash_entry, void *arg)
+{
+	FsLease    *lease = (FsLease *) hash_entry;
+	FsLeaseVisit *visit = (FsLeaseVisit *) arg;
+	FsLeaseInfo info;
+
+	info.lease_id = lease->lease_id;
+	/* The key never changes while the tenant is pinned. */
+	info.tenant_key = lease->tenant->key;
+	info.acquired_at = lease->acquired_at;
+	info.expires_at = lease->expires_at;
+	info.holder_pid = lease->holder_pid;
+	info.owner = lease->owner;
+	info.state = lease->state;
+	visit->visitor(&info, visit->arg);
+}
+
+/*
+ * Call `visitor` with the facts of every lease, a batch at a time
+ * (fs_hash_scan(): the lease partition locks held shared for one batch, so
+ * a sweep, an acquire or a release waits for a batch at most).  A lease
+ * that exists throughout is visited once; one taken or released meanwhile
+ * may or may not be.  The visitor must be quick and must not fail or block.
+ */
 void
 fs_lease_foreach(fs_lease_visitor visitor, void *arg)
 {
-	HASH_SEQ_STATUS seq;
-	FsLease    *lease;
-	FsLeaseInfo info;
-	int			i;
+	FsLeaseVisit visit;
 
-	for (i = 0; i < FS_LEASE_PARTITIONS; i++)
-		LWLockAcquire(&fs_lease_locks[i].lock, LW_SHARED);
-
-	hash_seq_init(&seq, fs_lease_hash);
-	while ((lease = hash_seq_search(&seq)) != NULL)
-	{
-		info.lease_id = lease->lease_id;
-		/* The key never changes while the tenant is pinned. */
-		info.tenant_key = lease->tenant->key;
-		info.acquired_at = lease->acquired_at;
-		info.expires_at = lease->expires_at;
-		info.holder_pid = lease->holder_pid;
-		info.owner = lease->owner;
-		info.state = lease->state;
-		visitor(&info, arg);
-	}
-
-	for (i = FS_LEASE_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_lease_locks[i].lock);
+	visit.visitor = visitor;
+	visit.arg = arg;
+	fs_hash_scan(fs_lease_hash, fs_lease_locks, FS_LEASE_PARTITIONS, LW_SHARED,
+				 fs_lease_visit_copy, &visit);
 }
 
 long

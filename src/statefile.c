@@ -137,6 +137,7 @@ typedef struct FsSaveContext
 {
 	StringInfo	buf;
 	uint64		count;
+	uint64		capacity;		/* records the buffer was enlarged for */
 	uint32		nqueues;		/* queues written; newer ones are skipped */
 } FsSaveContext;
 
@@ -168,7 +169,12 @@ fs_save_tenant(const FsTenant *tenant, void *arg)
 	FsTenant	record;
 
 	/* Queues are written in id order, so a queue's index is its id. */
-	if (tenant->key.queue_id >= ctx->nqueues)
+	/*
+	 * A scan a batch at a time may meet more entries than the table holds
+	 * at once (some come and go meanwhile): past the room made for them,
+	 * they are left out rather than allocated for under the locks.
+	 */
+	if (tenant->key.queue_id >= ctx->nqueues || ctx->count >= ctx->capacity)
 		return;
 	memcpy(&record, tenant, sizeof(FsTenant));
 	appendBinaryStringInfo(ctx->buf, (char *) &record, sizeof(record));
@@ -181,7 +187,8 @@ fs_save_lease(const FsLeaseInfo *lease, void *arg)
 	FsSaveContext *ctx = (FsSaveContext *) arg;
 	FsLeaseRecord record;
 
-	if (lease->tenant_key.queue_id >= ctx->nqueues)
+	/* As for tenants: never past the room made for them. */
+	if (lease->tenant_key.queue_id >= ctx->nqueues || ctx->count >= ctx->capacity)
 		return;
 	memset(&record, 0, sizeof(record));
 	record.lease_id = lease->lease_id;
@@ -252,8 +259,9 @@ fs_statefile_save(FsStateKind kind, int elevel)
 		ctx.count = 0;
 		at = fs_statefile_section_begin(&buf, FS_SECTION_TENANTS, sizeof(FsTenant));
 		/* Room for every entry now: the visitor runs under the table's locks. */
-		enlargeStringInfo(&buf, (int) Min((Size) fs_max_tenants * sizeof(FsTenant),
-										  MaxAllocSize - (Size) buf.len - 1));
+		ctx.capacity = Min((Size) fs_max_tenants,
+						   (MaxAllocSize - (Size) buf.len - 1) / sizeof(FsTenant));
+		enlargeStringInfo(&buf, (int) (ctx.capacity * sizeof(FsTenant)));
 		fs_tenant_foreach(fs_save_tenant, &ctx);
 		fs_statefile_section_end(&buf, at, ctx.count);
 
@@ -269,8 +277,9 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	ctx.count = 0;
 	at = fs_statefile_section_begin(&buf, FS_SECTION_LEASES, sizeof(FsLeaseRecord));
 	/* As for tenants: no allocation while the lease locks are held. */
-	enlargeStringInfo(&buf, (int) Min((Size) fs_max_leases * sizeof(FsLeaseRecord),
-									  MaxAllocSize - (Size) buf.len - 1));
+	ctx.capacity = Min((Size) fs_max_leases,
+					   (MaxAllocSize - (Size) buf.len - 1) / sizeof(FsLeaseRecord));
+	enlargeStringInfo(&buf, (int) (ctx.capacity * sizeof(FsLeaseRecord)));
 	fs_lease_foreach(fs_save_lease, &ctx);
 	fs_statefile_section_end(&buf, at, ctx.count);
 
