@@ -1792,10 +1792,55 @@ fs_fair_ensure_synced(FsFairDesc *desc)
 	SPI_finish();
 }
 
+/* Items of a fair order visited per hold of its lock by a limits refresh. */
+#define FS_REFRESH_BATCH	256
+
+/*
+ * Names of the tenants in `fq`'s fair order whose cached limits are not of
+ * `generation`, at most `capacity`, into `names`; returns how many.  The
+ * order is read a batch at a time (its lock shared for one batch): items
+ * move between batches, so a tenant may be missed (or met twice).
+ */
+static int32
+fs_fair_stale_tenants(FsFairQueue *fq, uint32 generation, char (*names)[FS_NAME_BUFLEN],
+					  int32 capacity)
+{
+	int32		n = 0;
+	int32		start;
+
+	for (start = 0;; start += FS_REFRESH_BATCH)
+	{
+		int32		end;
+		int32		i;
+
+		LWLockAcquire(fq->lock, LW_SHARED);
+		end = Min(start + FS_REFRESH_BATCH, fq->nitems);
+		for (i = start; i < end && n < capacity; i++)
+		{
+			FsTenant   *entry = heap_at(fq, i)->tenant;
+			uint32		cached;
+
+			SpinLockAcquire(&entry->mutex);
+			cached = entry->limits_generation;
+			SpinLockRelease(&entry->mutex);
+			/* The key never changes while the entry is listed (pinned). */
+			if (cached != generation)
+				strlcpy(names[n++], entry->key.tenant, FS_NAME_BUFLEN);
+		}
+		LWLockRelease(fq->lock);
+		if (end < start + FS_REFRESH_BATCH || n == capacity)
+			return n;
+	}
+}
+
 /*
  * After fs_limits changed, reload the limits of the queue's backlogged
  * tenants (their weights and floors) before planning with them.  Done by the
- * first claim that sees the new generation; SPI runs with no lock held.
+ * first claim that sees the new generation; SPI runs with no lock held, and
+ * the fair order is read and its floor marks updated a batch at a time, so
+ * that a long order never holds its lock for long.  A second look finds the
+ * tenants that moved past the first one; a tenant missed by both (or whose
+ * limits cannot be read) loads them at its next decision.
  */
 static void
 fs_fair_refresh_limits(FsFairDesc *desc)
@@ -1803,45 +1848,62 @@ fs_fair_refresh_limits(FsFairDesc *desc)
 	FsFairQueue *fq = desc->fq;
 	uint32		generation = pg_atomic_read_u32(&fs_shared->limits_generation);
 	char	  (*names)[FS_NAME_BUFLEN];
-	int32		n;
-	int32		i;
+	int32		capacity;
+	int32		start;
+	int			look;
 
 	if (fq->limits_generation == generation)
 		return;
 
 	LWLockAcquire(fq->lock, LW_SHARED);
-	n = fq->nitems;
+	capacity = Max(fq->nitems, 1);
 	LWLockRelease(fq->lock);
-	names = palloc(sizeof(*names) * Max(n, 1));
-	LWLockAcquire(fq->lock, LW_SHARED);
-	n = Min(n, fq->nitems);
-	for (i = 0; i < n; i++)
-		strlcpy(names[i], heap_at(fq, i)->tenant->key.tenant, FS_NAME_BUFLEN);
-	LWLockRelease(fq->lock);
-
-	for (i = 0; i < n; i++)
+	names = palloc(sizeof(*names) * capacity);
+	for (look = 0; look < 2; look++)
 	{
-		FsTenantRef ref;
+		int32		n = fs_fair_stale_tenants(fq, generation, names, capacity);
+		int32		i;
 
-		if (fs_tenant_open(desc->queue, names[i], 0, &ref) != NULL)
-			fs_tenant_close(&ref);
+		for (i = 0; i < n; i++)
+		{
+			FsTenantRef ref;
+
+			if (fs_tenant_open(desc->queue, names[i], 0, &ref) != NULL)
+				fs_tenant_close(&ref);
+		}
+		if (n == 0)
+			break;
 	}
-
-	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-	fq->nfloor = 0;
-	for (i = 0; i < fq->nitems; i++)
-	{
-		FsHeapItem *item = heap_at(fq, i);
-
-		SpinLockAcquire(&item->tenant->mutex);
-		item->min_slots = item->tenant->min_slots;
-		SpinLockRelease(&item->tenant->mutex);
-		if (item->min_slots > 0)
-			fq->nfloor++;
-	}
-	fq->limits_generation = generation;
-	LWLockRelease(fq->lock);
 	pfree(names);
+
+	/* The floor marks, a batch at a time; nfloor follows each change. */
+	for (start = 0;; start += FS_REFRESH_BATCH)
+	{
+		int32		end;
+		int32		i;
+		bool		done;
+
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		end = Min(start + FS_REFRESH_BATCH, fq->nitems);
+		for (i = start; i < end; i++)
+		{
+			FsHeapItem *item = heap_at(fq, i);
+			int32		min_slots;
+
+			SpinLockAcquire(&item->tenant->mutex);
+			min_slots = item->tenant->min_slots;
+			SpinLockRelease(&item->tenant->mutex);
+			if ((item->min_slots > 0) != (min_slots > 0))
+				fq->nfloor += min_slots > 0 ? 1 : -1;
+			item->min_slots = min_slots;
+		}
+		done = end < start + FS_REFRESH_BATCH;
+		if (done)
+			fq->limits_generation = generation;
+		LWLockRelease(fq->lock);
+		if (done)
+			break;
+	}
 }
 
 /*
