@@ -2179,6 +2179,8 @@ typedef struct FsCount
 {
 	char		name[FS_NAME_BUFLEN];	/* hash key */
 	int64		rows;
+	FsTenant   *entry;			/* its entry, once given one (else NULL) */
+	uint32		generation;		/* of that entry */
 } FsCount;
 
 /*
@@ -2377,6 +2379,18 @@ typedef struct FsCountAt
 	int64		rows;
 } FsCountAt;
 
+/* One tenant's adjustment by a recount: counted now, live at the snapshot. */
+typedef struct FsAdjust
+{
+	FsTenant   *entry;
+	uint32		generation;
+	int64		counted;
+	int64		live_at;
+} FsAdjust;
+
+/* Tenants adjusted per hold of the queue's lock by a recount. */
+#define FS_RECOUNT_BATCH	256
+
 /* The owner of `desc`'s ready table; an error if the table is gone. */
 static Oid
 fs_fair_table_owner(FsFairDesc *desc)
@@ -2551,6 +2565,10 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 	int			ntenants = 0;
 	uint64		r;
 	int32		i;
+	int32		k;
+	FsAdjust   *list;
+	int32		nlist = 0;
+	bool	   *matched;
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = FS_NAME_BUFLEN;
@@ -2586,6 +2604,7 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		FS_FAULT_POINT("recount_apply");
 		c = hash_search(counts, buf, HASH_ENTER, NULL);
 		c->rows = rows;
+		c->entry = NULL;
 	}
 
 	/*
@@ -2606,6 +2625,8 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 			c->rows = 0;
 			continue;
 		}
+		c->entry = entry;
+		c->generation = entry->generation;	/* set when the entry was made */
 		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 		forgotten = fq->forget_gen != forget_gen;
 		if (!forgotten)
@@ -2622,49 +2643,89 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 	qsort(at, nat, sizeof(FsCountAt), fs_count_at_cmp);
 
 	/*
-	 * Adjust every tenant in the fair order (which has every tenant that had
-	 * rows at the snapshot, and every counted one) by what it was off.
+	 * What to adjust: every tenant that had rows at the snapshot (`at`) and
+	 * every counted one, each once, by what it was off.  All are pinned in
+	 * the fair order while the queue is being recounted (a tenant leaves it
+	 * only when drained, which a recount holds back, or when the queue is
+	 * forgotten, which is checked), but for a counted tenant whose push
+	 * failed; an entry is matched by its generation, so a reused one is
+	 * never taken for the tenant it was.
 	 */
-	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-	if (fq->forget_gen != forget_gen)
+	list = palloc(sizeof(FsAdjust) * ((Size) nat + hash_get_num_entries(counts)));
+	matched = palloc0(sizeof(bool) * Max(nat, 1));
+	hash_seq_init(&seq, counts);
+	while ((c = hash_seq_search(&seq)) != NULL)
 	{
-		/*
-		 * The queue was forgotten meanwhile (TRUNCATE, a new registration):
-		 * its counts were zeroed after the snapshot, so the adjustment would
-		 * not add up.  It is counted again at its next use.
-		 */
-		LWLockRelease(fq->lock);
-		fs_fair_resync_end(fq, true);
-		hash_destroy(counts);
-		return -1;
-	}
-	for (i = 0; i < fq->nitems; i++)
-	{
-		FsHeapItem *item = heap_at(fq, i);
-		FsTenant   *entry = item->tenant;
-		int64		counted;
-		int64		live_at = 0;
 		FsCountAt	key;
 		FsCountAt  *found;
+		FsAdjust   *a;
 
-		c = hash_search(counts, entry->key.tenant, HASH_FIND, NULL);
-		counted = c != NULL ? c->rows : 0;
-		key.tenant = entry;
-		key.generation = entry->generation;
+		if (c->entry == NULL)
+			continue;
+		key.tenant = c->entry;
+		key.generation = c->generation;
 		found = bsearch(&key, at, nat, sizeof(FsCountAt), fs_count_at_cmp);
+		a = &list[nlist++];
+		a->entry = c->entry;
+		a->generation = c->generation;
+		a->counted = c->rows;
+		a->live_at = found != NULL ? found->rows : 0;
 		if (found != NULL)
-			live_at = found->rows;
-		SpinLockAcquire(&entry->mutex);
-		/* Not clamped: claims reserved since the snapshot may exceed it. */
-		entry->ready_rows += counted - live_at;
-		entry->flags &= ~FS_TENANT_DRY;
-		SpinLockRelease(&entry->mutex);
-		item->dry_until = 0;
-		if (counted > 0)
+			matched[found - at] = true;
+	}
+	for (i = 0; i < nat; i++)
+		if (!matched[i])
 		{
-			total += counted;
-			ntenants++;
+			FsAdjust   *a = &list[nlist++];
+
+			a->entry = at[i].tenant;
+			a->generation = at[i].generation;
+			a->counted = 0;
+			a->live_at = at[i].rows;
 		}
+
+	/*
+	 * Adjusted a batch at a time, the queue's lock held for one batch: the
+	 * adjustments are deltas, so claims and commits in between lose nothing
+	 * (reservations made since the snapshot stand as they are).  A queue
+	 * forgotten meanwhile (TRUNCATE, a new registration) had its counts
+	 * zeroed after the snapshot: the adjustment would not add up, and it is
+	 * counted again at its next use.
+	 */
+	for (k = 0;; k += FS_RECOUNT_BATCH)
+	{
+		int32		end = Min(k + FS_RECOUNT_BATCH, nlist);
+
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		if (fq->forget_gen != forget_gen)
+		{
+			LWLockRelease(fq->lock);
+			fs_fair_resync_end(fq, true);
+			hash_destroy(counts);
+			return -1;
+		}
+		if (k >= nlist)
+			break;				/* with the lock held, to finish below */
+		for (i = k; i < end; i++)
+		{
+			FsAdjust   *a = &list[i];
+			int32		pos = heap_find(fq, a->entry);
+
+			if (pos < 0 || a->entry->generation != a->generation)
+				continue;
+			SpinLockAcquire(&a->entry->mutex);
+			/* Not clamped: claims reserved since the snapshot may exceed it. */
+			a->entry->ready_rows += a->counted - a->live_at;
+			a->entry->flags &= ~FS_TENANT_DRY;
+			SpinLockRelease(&a->entry->mutex);
+			heap_at(fq, pos)->dry_until = 0;
+			if (a->counted > 0)
+			{
+				total += a->counted;
+				ntenants++;
+			}
+		}
+		LWLockRelease(fq->lock);
 	}
 	fq->resyncing = false;
 	fq->resync_pid = 0;

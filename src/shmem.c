@@ -107,6 +107,7 @@
 #include "utils/wait_event.h"
 
 #include "budget.h"
+#include "compat.h"
 #include "fairqueue.h"
 #include "gate.h"
 #include "lockstats.h"
@@ -835,10 +836,9 @@ fs_tenant_insert_unlocked(const FsTenantKey *key)
  * bucket.  While every partition lock is held no entry can be added or
  * removed, so the scan may stop between two buckets and start again there:
  * a partitioned table never splits its buckets, so the buckets before that
- * point are the ones already visited.  PostgreSQL 15 has no call to start a
- * sequential scan at a bucket; its HASH_SEQ_STATUS keeps the next bucket in
- * curBucket once a bucket is done (curEntry NULL), which is what is saved
- * and put back here.  A batch is bounded in entries, not in buckets: the
+ * point are the ones already visited.  PostgreSQL has no call to start a
+ * sequential scan at a bucket: compat.h's fs_hash_seq_* say how it is
+ * done.  A batch is bounded in entries, not in buckets: the
  * walk over empty buckets between two entries is not (in a nearly empty
  * table of a million buckets, a few milliseconds; a full one has about one
  * entry per bucket).
@@ -865,7 +865,7 @@ fs_hash_scan(HTAB *htab, LWLockPadded *locks, int nlocks, LWLockMode mode,
 			LWLockAcquire(&locks[i].lock, mode);
 
 		hash_seq_init(&seq, htab);
-		seq.curBucket = next_bucket;
+		fs_hash_seq_resume_at(&seq, next_bucket);
 		for (;;)
 		{
 			entry = hash_seq_search(&seq);
@@ -876,10 +876,10 @@ fs_hash_scan(HTAB *htab, LWLockPadded *locks, int nlocks, LWLockMode mode,
 				break;
 			}
 			visitor(entry, arg);
-			if (++visited >= FS_SCAN_BATCH && seq.curEntry == NULL)
+			if (++visited >= FS_SCAN_BATCH && fs_hash_seq_between_buckets(&seq))
 			{
 				/* A bucket is done: stop here, go on from the next one. */
-				next_bucket = seq.curBucket;
+				next_bucket = fs_hash_seq_next_bucket(&seq);
 				hash_seq_term(&seq);
 				break;
 			}

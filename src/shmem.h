@@ -92,10 +92,6 @@ typedef struct FsTenant
 	uint32		limits_generation;	/* of the cached limits below */
 	int32		max_slots;
 	int32		min_slots;
-	uint32		generation;		/* new for every entry created or recycled:
-								 * what remembers a pointer to the entry
-								 * across a lock release keeps this too, and
-								 * a mismatch means the entry was reused */
 	float8		weight;
 	float8		budget_ms_per_minute;
 	float8		throttle;
@@ -108,6 +104,10 @@ typedef struct FsTenant
 	uint64		leases_expired;
 	uint64		failed_to_deliver;
 	float8		served_ms;		/* work served, for fairness metrics */
+	uint32		generation;		/* new for every entry created or recycled:
+								 * what remembers a pointer to the entry
+								 * across a lock release keeps this too, and
+								 * a mismatch means the entry was reused */
 	/* Not under `mutex`: under the fair-order lock of the entry's queue. */
 	int32		heap_index;		/* with FS_TENANT_QUEUED: its position in
 								 * the queue's fair order (fairqueue.c) */
