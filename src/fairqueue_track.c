@@ -1342,15 +1342,13 @@ fs_gate_exit_callback(int code pg_attribute_unused(), Datum arg pg_attribute_unu
 	fs_gate_leave_all();
 }
 
-/* Enter `queue`'s commit gate once in this transaction. */
+/*
+ * Enter `queue`'s commit gate and note it, to be left at the end of the
+ * transaction (fs_gates_enter_in_order() enters each queue once).
+ */
 static void
-fs_gate_enter_once(FsQueue *queue)
+fs_gate_enter(FsQueue *queue)
 {
-	int			i;
-
-	for (i = 0; i < ngated; i++)
-		if (gated[i] == queue)
-			return;
 	if (gated == NULL)
 		gated = MemoryContextAlloc(TopMemoryContext, sizeof(FsQueue *) * Max(fs_max_queues, 1));
 	if (!gate_exit_registered)
@@ -1422,7 +1420,7 @@ fs_gates_enter_in_order(void)
 			nqueues = fs_queue_set_add(queues, nqueues, row->queue);
 	qsort(queues, nqueues, sizeof(FsQueue *), fs_queue_id_cmp);
 	for (i = 0; i < nqueues; i++)
-		fs_gate_enter_once(queues[i]);
+		fs_gate_enter(queues[i]);
 	pfree(queues);
 }
 
