@@ -423,9 +423,13 @@ fs_statefile_check(const char *data, Size len, FsStateHeader *header)
 	if (!fs_read(&r, header, sizeof(*header)) ||
 		header->magic != FS_STATE_MAGIC)
 		return false;
+	/*
+	 * The tenant section is read only when its records are this build's
+	 * (checked where it is read), so a file whose tenant records differ
+	 * still gives back its leases.
+	 */
 	if ((header->version != FS_STATE_VERSION &&
 		 header->version != FS_STATE_VERSION_NO_OWNERS) ||
-		header->tenant_size != sizeof(FsTenant) ||
 		header->lease_size != fs_lease_record_size(header->version) ||
 		header->stats_size != sizeof(FsGlobalStats))
 	{

@@ -62,20 +62,23 @@ sub crc32c
 }
 
 # Rewrite the (clean) state file: version $version, leases without owners
-# when $drop_owner.  Header: magic, version, kind, tenant_size, lease_size,
+# when $drop_owner, tenant records of $tenant_bytes bytes when given (as
+# 0.4.0 wrote them: 224; their contents do not matter, the section is
+# skipped when its records are not this build's).  Header: magic, version, kind, tenant_size, lease_size,
 # stats_size (uint32 each), saved_at, next_lease_id (int64): 40 bytes.
 # Sections: tag, item_size (uint32), count (uint64), then the items.
 my $file = $node->data_dir . '/pg_stat/fairshare.state';
 sub rewrite_state
 {
-	my ($version, $drop_owner) = @_;
+	my ($version, $drop_owner, $tenant_bytes) = @_;
 	my $data = slurp_file($file);
 	$data = substr($data, 0, length($data) - 4);    # the CRC
 	my ($magic, undef, $kind, $tenant_size, $lease_size, $stats_size) = unpack('V6', $data);
 	my $v2_lease = 104;    # owner at offset 96, then padding
 	die "unexpected lease record size $lease_size" unless $lease_size == $v2_lease;
 	my $new_lease = $drop_owner ? 96 : $lease_size;
-	my $out = pack('V6', $magic, $version, $kind, $tenant_size, $new_lease, $stats_size) .
+	my $new_tenant = $tenant_bytes // $tenant_size;
+	my $out = pack('V6', $magic, $version, $kind, $new_tenant, $new_lease, $stats_size) .
 	  substr($data, 24, 16);
 	my $pos = 40;
 	while ($pos < length($data))
@@ -89,6 +92,11 @@ sub rewrite_state
 			$out .= pack('V4', $tag, $new_lease, $lo, $hi);
 			$out .= substr($items, $_ * $size, $new_lease) for 0 .. $count - 1;
 		}
+		elsif ($tag == 2 && $new_tenant != $size)
+		{
+			$out .= pack('V4', $tag, $new_tenant, $lo, $hi);
+			$out .= substr($items . ("\0" x $new_tenant), $_ * $size, $new_tenant) for 0 .. $count - 1;
+		}
 		else
 		{
 			$out .= pack('V4', $tag, $size, $lo, $hi) . $items;
@@ -101,9 +109,9 @@ sub rewrite_state
 	close $fh;
 }
 
-# Version 1: leases come back without an owner.
+# Version 1, with 0.4.0's tenant records: leases come back without an owner.
 $node->stop;
-rewrite_state(1, 1);
+rewrite_state(1, 1, 224);
 my $logstart = -s $node->logfile;
 $node->start;
 ok(!$node->log_contains(qr/ignoring fairshare state file/, $logstart), 'a version 1 file is read');
