@@ -968,6 +968,8 @@ typedef struct FsPlan
 	FsHeapItem *aside;			/* taken off the heap while planning */
 	int			naside;
 	int			aside_capacity;
+	int32	   *floor_candidates;	/* heap positions, for fs_plan_floors() */
+	int32		floor_capacity;
 	int32		npicks;			/* rows planned, in order: */
 	int		   *pick_tenant;	/* index into tenants[] */
 	float8	   *pick_start;		/* start tag */
@@ -978,7 +980,7 @@ typedef struct FsPlan
 } FsPlan;
 
 static void
-fs_plan_init(FsPlan *plan, int32 want, int aside_capacity)
+fs_plan_init(FsPlan *plan, int32 want, int aside_capacity, int32 floor_capacity)
 {
 	plan->want = want;
 	plan->capacity = want;
@@ -992,6 +994,8 @@ fs_plan_init(FsPlan *plan, int32 want, int aside_capacity)
 	plan->aside_capacity = aside_capacity;
 	plan->aside = palloc(sizeof(FsHeapItem) * aside_capacity);
 	plan->naside = 0;
+	plan->floor_capacity = floor_capacity;
+	plan->floor_candidates = palloc(sizeof(int32) * floor_capacity);
 	plan->npicks = 0;
 	plan->pick_tenant = palloc(sizeof(int) * want);
 	plan->pick_start = palloc(sizeof(float8) * want);
@@ -1160,18 +1164,20 @@ fs_plan_skips_dry(FsPlan *plan, const FsHeapItem *item, const FsTenantView *v, T
  * The guaranteed floor: tenants holding fewer slots than their min_slots go
  * first, smallest tag first, until each reaches its floor.  Heap positions
  * do not move while this runs; the heap is rebuilt afterwards if anything
- * was picked.
+ * was picked.  The candidates go in the room the plan made before the lock
+ * (as many as there were floor tenants then, and more): should more have
+ * come meanwhile, those beyond it wait for the next claim.
  */
 static void
 fs_plan_floors(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 {
-	int32	   *candidates;
+	int32	   *candidates = plan->floor_candidates;
+	int32		wanted = Min(fq->nfloor, plan->floor_capacity);
 	int			ncandidates = 0;
 	bool		picked = false;
 	int32		i;
 
-	candidates = palloc(sizeof(int32) * fq->nfloor);
-	for (i = 0; i < fq->nitems && ncandidates < fq->nfloor; i++)
+	for (i = 0; i < fq->nitems && ncandidates < wanted; i++)
 		if (heap_at(fq, i)->min_slots > 0)
 			candidates[ncandidates++] = i;
 
@@ -1207,7 +1213,6 @@ fs_plan_floors(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 	}
 	if (picked)
 		heap_rebuild(fq);
-	pfree(candidates);
 }
 
 /*
@@ -1555,7 +1560,8 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	 * next one goes on.
 	 */
 	*retry = false;
-	fs_plan_init(&plan, want, Min(Max(fq->nitems, 0), 4 * want + 1024) + 1);
+	fs_plan_init(&plan, want, Min(Max(fq->nitems, 0), 4 * want + 1024) + 1,
+				 2 * Max(fq->nfloor, 0) + 16);
 	/* Each planned tenant's reservation, and its settlement after the query. */
 	fs_track_claims_reserve(2 * want);
 	fs_gate_capacity(desc->queue, now, &plan.cap);
