@@ -31,6 +31,19 @@
 #endif
 
 /*
+ * A process's index in the PGPROC array (every process with a PGPROC, the
+ * auxiliary ones included), below MaxBackends + NUM_AUXILIARY_PROCS; -1
+ * for a process without one (the postmaster).  PostgreSQL 17 made it
+ * MyProcNumber and dropped PGPROC.pgprocno.
+ */
+#include "storage/proc.h"
+#if PG_VERSION_NUM >= 170000
+#define FS_MY_PGPROC_INDEX	(MyProc != NULL ? (int) MyProcNumber : -1)
+#else
+#define FS_MY_PGPROC_INDEX	(MyProc != NULL ? MyProc->pgprocno : -1)
+#endif
+
+/*
  * get_extension_schema() is exported from PostgreSQL 16 on; before that it
  * is static in extension.c, so read pg_extension ourselves.
  */
@@ -77,32 +90,5 @@ fs_get_extension_schema(Oid ext_oid)
 #else
 #define fs_class_ownercheck(relid, roleid) pg_class_ownercheck((relid), (roleid))
 #endif
-
-/*
- * Resuming a sequential scan of a hash table at a bucket (fs_hash_scan()).
- * PostgreSQL has no call for it; its HASH_SEQ_STATUS (utils/hsearch.h, the
- * same from 9.x through 17) keeps the next bucket to look at in curBucket
- * once a bucket is done (curEntry NULL), and hash_seq_search() starts from
- * there.  Valid only for a table whose buckets never split (a partitioned
- * shared table), and only between buckets.
- */
-#include "utils/hsearch.h"
-static inline void
-fs_hash_seq_resume_at(HASH_SEQ_STATUS *status, uint32 bucket)
-{
-	status->curBucket = bucket;
-}
-
-static inline bool
-fs_hash_seq_between_buckets(const HASH_SEQ_STATUS *status)
-{
-	return status->curEntry == NULL;
-}
-
-static inline uint32
-fs_hash_seq_next_bucket(const HASH_SEQ_STATUS *status)
-{
-	return status->curBucket;
-}
 
 #endif							/* FAIRSHARE_COMPAT_H */

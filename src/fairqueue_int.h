@@ -171,6 +171,7 @@ typedef struct FsClaimEntry
 	int64		lease_id;
 	float8		est_cost;		/* charged at claim; corrected at release */
 	char		tenant[FS_NAME_BUFLEN];
+	dlist_node	scan_link;		/* in its partition's list (scanlist.h) */
 } FsClaimEntry;
 
 /*

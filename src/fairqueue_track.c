@@ -60,11 +60,13 @@ PG_FUNCTION_INFO_V1(fs_fair_truncate_trigger);
  */
 
 static HTAB *fs_claim_hash = NULL;
+static FsScanTable fs_claim_scan;	/* its partition lists (scanlist.h) */
 
 Size
 fs_claim_map_shmem_size(void)
 {
-	return hash_estimate_size(fs_max_leases, sizeof(FsClaimEntry));
+	return add_size(hash_estimate_size(fs_max_leases, sizeof(FsClaimEntry)),
+					fs_scan_lists_size(FS_CLAIM_PARTITIONS));
 }
 
 void
@@ -78,12 +80,29 @@ fs_claim_map_shmem_init(void)
 	info.num_partitions = FS_CLAIM_PARTITIONS;
 	fs_claim_hash = ShmemInitHash("fairshare claims", fs_max_leases, fs_max_leases, &info,
 								  HASH_ELEM | HASH_BLOBS | HASH_PARTITION | HASH_FIXED_SIZE);
+	fs_claim_scan.lists = fs_scan_lists_init("fairshare claim lists", FS_CLAIM_PARTITIONS);
+	fs_claim_scan.locks = fs_fair->claim_locks;
+	fs_claim_scan.nparts = FS_CLAIM_PARTITIONS;
+	fs_claim_scan.link_offset = offsetof(FsClaimEntry, scan_link);
 }
 
 static inline LWLock *
 fs_claim_lock(uint32 hashvalue)
 {
 	return &fs_fair->claim_locks[hashvalue % FS_CLAIM_PARTITIONS].lock;
+}
+
+/*
+ * Remove an entry from the claim map (and from its partition's list).
+ * Caller holds the entry's partition lock EXCLUSIVE.
+ */
+static void
+fs_claim_map_delete(FsClaimEntry *entry)
+{
+	FsClaimKey	key = entry->key;
+
+	fs_scan_list_remove(&entry->scan_link);
+	hash_search(fs_claim_hash, &key, HASH_REMOVE, NULL);
 }
 
 /*
@@ -146,6 +165,8 @@ fs_claim_map_insert(const FsClaimKey *key, int64 lease_id, float8 est_cost, cons
 	entry = hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_ENTER_NULL, &found);
 	if (entry != NULL)
 	{
+		if (!found)
+			fs_scan_list_add(&fs_claim_scan, hashvalue % FS_CLAIM_PARTITIONS, &entry->scan_link);
 		entry->lease_id = lease_id;
 		entry->est_cost = est_cost;
 		strlcpy(entry->tenant, tenant, FS_NAME_BUFLEN);
@@ -180,20 +201,23 @@ fs_claim_map_remove(const FsClaimKey *key, int64 lease_id)
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	entry = hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_FIND, NULL);
 	if (entry != NULL && entry->lease_id == lease_id)
+	{
+		fs_scan_list_remove(&entry->scan_link);
 		hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_REMOVE, NULL);
+	}
 	LWLockRelease(lock);
 }
 
 /*
- * Visit every entry of the claim map a batch at a time (fs_hash_scan():
- * its partition locks held in `mode` for one batch).  An entry that exists
- * throughout is visited once; one added or removed meanwhile may or may
- * not be.  With LW_EXCLUSIVE the visitor may remove the entry it is given.
+ * Visit every entry of the claim map a batch at a time (fs_scan_table():
+ * one partition lock held for one batch).  An entry that exists throughout
+ * is visited once; one added or removed meanwhile may or may not be.  The
+ * visitor may remove the entry it is given (fs_claim_map_delete()).
  */
 static void
-fs_claim_map_scan(LWLockMode mode, fs_hash_visitor visitor, void *arg)
+fs_claim_map_scan(fs_scan_visitor visitor, void *arg)
 {
-	fs_hash_scan(fs_claim_hash, fs_fair->claim_locks, FS_CLAIM_PARTITIONS, mode, visitor, arg);
+	fs_scan_table(&fs_claim_scan, visitor, arg);
 }
 
 /* A scan's copies of the entries of one queue (or of the first queues). */
@@ -214,7 +238,13 @@ fs_claim_copy_visit(void *hash_entry, void *arg)
 		entry->key.queue_id == copies->queue_id;
 
 	if (wanted && copies->count < (uint64) fs_max_leases)
-		copies->entries[copies->count++] = *entry;
+	{
+		FsClaimEntry *copy = &copies->entries[copies->count++];
+
+		*copy = *entry;
+		/* Not the list's business: saved in the state file. */
+		memset(&copy->scan_link, 0, sizeof(copy->scan_link));
+	}
 }
 
 /* Copies of the entries of one queue (allocated before the scan). */
@@ -227,7 +257,7 @@ fs_claim_map_collect(uint32 queue_id, int *count)
 	copies.below = 0;
 	copies.entries = palloc_extended(sizeof(FsClaimEntry) * fs_max_leases, MCXT_ALLOC_HUGE);
 	copies.count = 0;
-	fs_claim_map_scan(LW_SHARED, fs_claim_copy_visit, &copies);
+	fs_claim_map_scan(fs_claim_copy_visit, &copies);
 	*count = (int) copies.count;
 	return copies.entries;
 }
@@ -238,13 +268,13 @@ fs_claim_remove_visit(void *hash_entry, void *arg)
 	FsClaimEntry *entry = (FsClaimEntry *) hash_entry;
 
 	if (entry->key.queue_id == *(uint32 *) arg)
-		hash_search(fs_claim_hash, &entry->key, HASH_REMOVE, NULL);
+		fs_claim_map_delete(entry);
 }
 
 static void
 fs_claim_map_remove_queue(uint32 queue_id)
 {
-	fs_claim_map_scan(LW_EXCLUSIVE, fs_claim_remove_visit, &queue_id);
+	fs_claim_map_scan(fs_claim_remove_visit, &queue_id);
 }
 
 /* A scan's count of one queue's entries. */
@@ -268,7 +298,7 @@ fs_claim_map_count(uint32 queue_id)
 {
 	FsClaimCount c = {queue_id, 0};
 
-	fs_claim_map_scan(LW_SHARED, fs_claim_count_visit, &c);
+	fs_claim_map_scan(fs_claim_count_visit, &c);
 	return c.count;
 }
 
@@ -318,7 +348,7 @@ typedef struct FsClaimSweep
 	int			removed;
 } FsClaimSweep;
 
-/* fs_claim_map_scan() visitor of a sweep (partition locks exclusive). */
+/* fs_claim_map_scan() visitor of a sweep. */
 static void
 fs_claim_sweep_visit(void *hash_entry, void *arg)
 {
@@ -333,7 +363,7 @@ fs_claim_sweep_visit(void *hash_entry, void *arg)
 		bsearch(&entry->lease_id, sweep_suspects, sweep_nsuspects, sizeof(int64),
 				fs_int64_cmp) != NULL)
 	{
-		hash_search(fs_claim_hash, &entry->key, HASH_REMOVE, NULL);
+		fs_claim_map_delete(entry);
 		sweep->removed++;
 	}
 	else if (sweep->nsuspects < fs_max_leases)
@@ -380,7 +410,7 @@ fs_claim_map_sweep(void)
 	sweep.suspects = suspects;
 	sweep.nsuspects = 0;
 	sweep.removed = 0;
-	fs_claim_map_scan(LW_EXCLUSIVE, fs_claim_sweep_visit, &sweep);
+	fs_claim_map_scan(fs_claim_sweep_visit, &sweep);
 	removed = sweep.removed;
 	nsuspects = sweep.nsuspects;
 	pfree(live.ids);
@@ -404,7 +434,7 @@ fs_claim_map_save(StringInfo buf, uint32 nqueues)
 	copies.entries = palloc_extended(sizeof(FsClaimEntry) * fs_max_leases, MCXT_ALLOC_HUGE);
 	copies.count = 0;
 	if (nqueues > 0)
-		fs_claim_map_scan(LW_SHARED, fs_claim_copy_visit, &copies);
+		fs_claim_map_scan(fs_claim_copy_visit, &copies);
 	appendBinaryStringInfo(buf, (char *) copies.entries, copies.count * sizeof(FsClaimEntry));
 	pfree(copies.entries);
 	return copies.count;
@@ -422,6 +452,7 @@ fs_claim_map_restore(const FsClaimEntry *entries, uint64 count, FsQueue **queues
 		FsClaimEntry rec;
 		FsClaimEntry *entry;
 		bool		found;
+		uint32		hashvalue;
 
 		memcpy(&rec, &entries[i], sizeof(rec));
 		if (rec.key.queue_id >= nqueues || queues[rec.key.queue_id] == NULL)
@@ -433,9 +464,15 @@ fs_claim_map_restore(const FsClaimEntry *entries, uint64 count, FsQueue **queues
 		rec.est_cost = fs_fair_clamp_cost(rec.est_cost, false);
 		rec.key.queue_id = queues[rec.key.queue_id]->queue_id;
 		rec.tenant[FS_NAME_MAXLEN] = '\0';
-		entry = hash_search(fs_claim_hash, &rec.key, HASH_ENTER_NULL, &found);
-		if (entry != NULL)
+		memset(&rec.scan_link, 0, sizeof(rec.scan_link));
+		hashvalue = get_hash_value(fs_claim_hash, &rec.key);
+		entry = hash_search_with_hash_value(fs_claim_hash, &rec.key, hashvalue, HASH_ENTER_NULL,
+											&found);
+		if (entry != NULL && !found)
+		{
 			*entry = rec;
+			fs_scan_list_add(&fs_claim_scan, hashvalue % FS_CLAIM_PARTITIONS, &entry->scan_link);
+		}
 	}
 }
 

@@ -26,24 +26,26 @@
  *
  * 3. Eviction (shared memory full) runs one pass at a time (the flag
  *	  FsShared.evicting; others wait on evict_done), lists idle entries
- *	  a batch at a time (fs_hash_scan(): every tenant partition lock SHARED
- *	  in ascending order for FS_SCAN_BATCH entries at most), sorts with no
- *	  lock held, and removes each chosen entry under its own partition lock
- *	  EXCLUSIVE.  Only on a miss with a full table: never on the path of a
+ *	  a batch at a time (rule 3a), sorts with no lock held, and removes
+ *	  each chosen entry under its own partition lock EXCLUSIVE.  Only on a miss with a full table: never on the path of a
  *	  tenant that already has an entry.
  *
- * 3a. Whole-table scans (views, the state file, reset, eviction) never hold
- *	  a table's partition locks for more than one batch of FS_SCAN_BATCH
- *	  entries: they take them all, visit a batch, let go and go on where
- *	  they stopped (fs_hash_scan()).  An entry that exists throughout a scan
- *	  is visited exactly once; one created or removed meanwhile may or may
- *	  not be.
+ * 3a. Every partitioned table (tenants, leases, the claim map, tier
+ *	  counters) also links each entry into its partition's list, under the
+ *	  partition lock EXCLUSIVE, when the entry is entered and before it is
+ *	  removed (scanlist.h).  Whole-table scans (views, the state file, reset,
+ *	  eviction, sweeps) walk those lists: one partition lock at a time,
+ *	  EXCLUSIVE, for one batch of FS_SCAN_BATCH entries at most, then they
+ *	  park a cursor in the list, let go and go on from it (fs_scan_table()).
+ *	  A scan never holds two partition locks and never walks empty buckets.
+ *	  An entry that exists throughout a scan is visited exactly once; one
+ *	  created or removed meanwhile may or may not be.
  *
  * 4. Lease table (slots.c).  A partitioned dynahash with its own
  *	  FS_LEASE_PARTITIONS LWLocks, EXCLUSIVE for every change, including the
  *	  partition's heap of leases by expiry.  Sweeping expired leases takes one
  *	  partition lock at a time, for a bounded batch.  Listing every lease
- *	  (views, the state file) takes them all SHARED in ascending order.  A
+ *	  (views, the state file) is a scan of rule 3a.  A
  *	  backend never holds a tenant partition lock and a lease partition lock
  *	  at the same time; under a lease lock it may take a tenant entry's
  *	  spinlock (the entry is pinned by the lease).
@@ -141,11 +143,14 @@ typedef struct FsLocalQueue
 
 static HTAB *fs_local_queues = NULL;
 
+/* The tenant table's partition lists (scanlist.h). */
+static FsScanTable fs_tenant_scan;
+
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-StaticAssertDecl(sizeof(FsTenant) <= 240,
-				 "a tenant entry must fit in 256 bytes with the hash table's overhead");
+StaticAssertDecl(sizeof(FsTenant) <= 248,
+				 "a tenant entry must fit in 264 bytes with the hash table's overhead");
 
 static uint32
 fs_tenant_key_hash(const void *key, Size keysize pg_attribute_unused())
@@ -189,6 +194,8 @@ fs_shmem_size(void)
 
 	size = add_size(size, hash_estimate_size(fs_max_queues, sizeof(FsQueue)));
 	size = add_size(size, hash_estimate_size(fs_max_tenants, sizeof(FsTenant)));
+	size = add_size(size, fs_scan_lists_size(FS_TENANT_PARTITIONS));
+	size = add_size(size, fs_scan_cursors_size());
 	size = add_size(size, fs_slots_shmem_size());
 	size = add_size(size, fs_gate_shmem_size());
 	size = add_size(size, fs_telemetry_shmem_size());
@@ -269,6 +276,11 @@ fs_shmem_startup_hook(void)
 								   &info,
 								   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
 								   HASH_PARTITION | HASH_FIXED_SIZE);
+	fs_tenant_scan.lists = fs_scan_lists_init("fairshare tenant lists", FS_TENANT_PARTITIONS);
+	fs_tenant_scan.locks = fs_shared->tenant_locks;
+	fs_tenant_scan.nparts = FS_TENANT_PARTITIONS;
+	fs_tenant_scan.link_offset = offsetof(FsTenant, scan_link);
+	fs_scan_cursors_init();
 
 	fs_slots_shmem_init();
 	fs_gate_shmem_init();
@@ -537,7 +549,7 @@ fs_evict_candidate_cmp(const void *a, const void *b)
 }
 
 /*
- * fs_hash_scan() visitor of an eviction pass: note the entry, with when it
+ * fs_scan_table() visitor of an eviction pass: note the entry, with when it
  * was last used, if it is idle.  Runs with the partition locks held: copies
  * and nothing else.
  */
@@ -595,9 +607,9 @@ fs_evict_wait(void)
  * found nothing idle, no new pass starts for FS_EVICT_BACKOFF_USECS.
  *
  * Three steps, so that no lock is held for long and nothing is sorted under
- * one: list the idle entries a batch at a time (fs_hash_scan(): the
- * partition locks SHARED for one batch, so lookups of existing tenants go
- * on, and new tenants wait for one batch at most), sort the list with no
+ * one: list the idle entries a batch at a time (fs_scan_table(): one
+ * partition lock for one batch, so a decision waits for one batch at
+ * most), sort the list with no
  * lock held, then remove the oldest one at a time, each under its own
  * partition lock held EXCLUSIVE, after checking again that it is still
  * there and still idle (rule 2: nobody holds a pointer to an entry without
@@ -635,8 +647,7 @@ fs_tenant_evict(TimestampTz now)
 	}
 	want = Max(1, (int) (fs_max_tenants * FS_EVICT_FRACTION));
 
-	fs_hash_scan(fs_tenant_hash, fs_shared->tenant_locks, FS_TENANT_PARTITIONS, LW_SHARED,
-				 fs_evict_collect, &scan);
+	fs_scan_table(&fs_tenant_scan, fs_evict_collect, &scan);
 
 	if (scan.count > want)
 		qsort(scan.candidates, scan.count, sizeof(FsEvictCandidate), fs_evict_candidate_cmp);
@@ -656,11 +667,12 @@ fs_tenant_evict(TimestampTz now)
 			idle = fs_tenant_is_idle(entry, now);
 			SpinLockRelease(&entry->mutex);
 		}
-		if (idle &&
-			hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_REMOVE, NULL) != NULL)
+		if (idle)
 		{
 			FsQueue    *queue = fs_shared->queues[key->queue_id];
 
+			fs_scan_list_remove(&entry->scan_link);
+			hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_REMOVE, NULL);
 			evicted++;
 			SpinLockAcquire(&queue->mutex);
 			queue->tenants--;
@@ -684,10 +696,16 @@ fs_tenant_evict(TimestampTz now)
 	return evicted;
 }
 
+static inline uint32
+fs_tenant_partition(uint32 hashvalue)
+{
+	return hashvalue % FS_TENANT_PARTITIONS;
+}
+
 static inline LWLock *
 fs_tenant_partition_lock(uint32 hashvalue)
 {
-	return &fs_shared->tenant_locks[hashvalue % FS_TENANT_PARTITIONS].lock;
+	return &fs_shared->tenant_locks[fs_tenant_partition(hashvalue)].lock;
 }
 
 /*
@@ -751,6 +769,7 @@ fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
 			if (!found)
 			{
 				fs_tenant_init(entry, fs_now());
+				fs_scan_list_add(&fs_tenant_scan, fs_tenant_partition(hashvalue), &entry->scan_link);
 				SpinLockAcquire(&queue->mutex);
 				queue->tenants++;
 				SpinLockRelease(&queue->mutex);
@@ -815,79 +834,19 @@ fs_tenant_insert_unlocked(const FsTenantKey *key)
 	FsTenant   *entry;
 	bool		found;
 	FsQueue    *queue;
+	uint32		hashvalue = get_hash_value(fs_tenant_hash, key);
 
 	Assert(!IsUnderPostmaster);
-	entry = hash_search(fs_tenant_hash, key, HASH_ENTER_NULL, &found);
+	entry = hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_ENTER_NULL, &found);
 	if (entry != NULL && !found)
 	{
 		fs_tenant_init(entry, GetCurrentTimestamp());
+		fs_scan_list_add(&fs_tenant_scan, fs_tenant_partition(hashvalue), &entry->scan_link);
 		entry->flags = 0;
 		queue = fs_shared->queues[key->queue_id];
 		queue->tenants++;
 	}
 	return entry;
-}
-
-/*
- * Visit every entry of a partitioned shared hash table, `nlocks` partition
- * locks guarding it, a batch at a time (rule 3a): take every partition lock
- * in `mode`, in ascending order, call `visitor` for up to FS_SCAN_BATCH
- * entries (finishing the bucket it is in), let go, and go on with the next
- * bucket.  While every partition lock is held no entry can be added or
- * removed, so the scan may stop between two buckets and start again there:
- * a partitioned table never splits its buckets, so the buckets before that
- * point are the ones already visited.  PostgreSQL has no call to start a
- * sequential scan at a bucket: compat.h's fs_hash_seq_* say how it is
- * done.  A batch is bounded in entries, not in buckets: the
- * walk over empty buckets between two entries is not (in a nearly empty
- * table of a million buckets, a few milliseconds; a full one has about one
- * entry per bucket).
- *
- * The visitor runs with the partition locks held: it must be quick and must
- * not fail, block or take fairshare LWLocks (an entry's spinlock is fine).
- * With `mode` LW_EXCLUSIVE it may remove the entry it was given.
- */
-void
-fs_hash_scan(HTAB *htab, LWLockPadded *locks, int nlocks, LWLockMode mode,
-			 fs_hash_visitor visitor, void *arg)
-{
-	uint32		next_bucket = 0;
-	bool		done = false;
-	int			i;
-
-	while (!done)
-	{
-		HASH_SEQ_STATUS seq;
-		void	   *entry;
-		int			visited = 0;
-
-		for (i = 0; i < nlocks; i++)
-			LWLockAcquire(&locks[i].lock, mode);
-
-		hash_seq_init(&seq, htab);
-		fs_hash_seq_resume_at(&seq, next_bucket);
-		for (;;)
-		{
-			entry = hash_seq_search(&seq);
-			if (entry == NULL)
-			{
-				/* The scan is over, and hash_seq_search() has ended it. */
-				done = true;
-				break;
-			}
-			visitor(entry, arg);
-			if (++visited >= FS_SCAN_BATCH && fs_hash_seq_between_buckets(&seq))
-			{
-				/* A bucket is done: stop here, go on from the next one. */
-				next_bucket = fs_hash_seq_next_bucket(&seq);
-				hash_seq_term(&seq);
-				break;
-			}
-		}
-
-		for (i = nlocks - 1; i >= 0; i--)
-			LWLockRelease(&locks[i].lock);
-	}
 }
 
 /* fs_tenant_foreach()'s state: the caller's visitor and its argument. */
@@ -898,7 +857,7 @@ typedef struct FsTenantVisit
 	void	   *arg;
 } FsTenantVisit;
 
-/* fs_hash_scan() visitor of fs_tenant_foreach(): hand on a copy. */
+/* fs_scan_table() visitor of fs_tenant_foreach(): hand on a copy. */
 static void
 fs_tenant_visit_copy(void *hash_entry, void *arg)
 {
@@ -925,11 +884,10 @@ fs_tenant_foreach(fs_tenant_visitor visitor, void *arg)
 {
 	FsTenantVisit visit = {visitor, NULL, arg};
 
-	fs_hash_scan(fs_tenant_hash, fs_shared->tenant_locks, FS_TENANT_PARTITIONS, LW_SHARED,
-				 fs_tenant_visit_copy, &visit);
+	fs_scan_table(&fs_tenant_scan, fs_tenant_visit_copy, &visit);
 }
 
-/* fs_hash_scan() visitor of fs_tenant_mutate_all(): under the spinlock. */
+/* fs_scan_table() visitor of fs_tenant_mutate_all(): under the spinlock. */
 static void
 fs_tenant_visit_mutate(void *hash_entry, void *arg)
 {
@@ -951,23 +909,18 @@ fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg)
 {
 	FsTenantVisit visit = {NULL, mutator, arg};
 
-	fs_hash_scan(fs_tenant_hash, fs_shared->tenant_locks, FS_TENANT_PARTITIONS, LW_SHARED,
-				 fs_tenant_visit_mutate, &visit);
+	fs_scan_table(&fs_tenant_scan, fs_tenant_visit_mutate, &visit);
 }
 
-/* Number of tenant entries (a consistent count: takes every partition). */
+/*
+ * Number of tenant entries.  Read without the partition locks (as
+ * fs_lease_count() does): entries entered or removed at this instant may
+ * or may not be counted, which is all a view can say anyway.
+ */
 long
 fs_tenant_count(void)
 {
-	long		n;
-	int			i;
-
-	for (i = 0; i < FS_TENANT_PARTITIONS; i++)
-		LWLockAcquire(&fs_shared->tenant_locks[i].lock, LW_SHARED);
-	n = hash_get_num_entries(fs_tenant_hash);
-	for (i = FS_TENANT_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&fs_shared->tenant_locks[i].lock);
-	return n;
+	return hash_get_num_entries(fs_tenant_hash);
 }
 
 #ifdef FS_DEBUG

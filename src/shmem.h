@@ -11,6 +11,7 @@
 #define FAIRSHARE_SHMEM_H
 
 #include "fairshare.h"
+#include "scanlist.h"
 
 #include "port/atomics.h"
 #include "storage/lwlock.h"
@@ -111,6 +112,8 @@ typedef struct FsTenant
 	/* Not under `mutex`: under the fair-order lock of the entry's queue. */
 	int32		heap_index;		/* with FS_TENANT_QUEUED: its position in
 								 * the queue's fair order (fairqueue.c) */
+	/* Under the entry's partition lock EXCLUSIVE: its partition's list. */
+	dlist_node	scan_link;		/* scanlist.h */
 } FsTenant;
 
 /* FsTenant.flags */
@@ -180,21 +183,11 @@ typedef struct FsTenantRef
 	FsLimits	limits;
 } FsTenantRef;
 
-/*
- * Whole-table scans hold a table's partition locks for this many entries at
- * most (shmem.c rule 3a): a few tenths of a millisecond of copying on a
- * busy machine, where each entry costs a cache miss or two.
- */
-#define FS_SCAN_BATCH			128
-
-typedef void (*fs_hash_visitor) (void *entry, void *arg);
 typedef void (*fs_tenant_visitor) (const FsTenant *copy, void *arg);
 typedef void (*fs_tenant_mutator) (FsTenant *entry, void *arg);
 
 /* shmem.c */
 extern void fs_shmem_request(void);
-extern void fs_hash_scan(HTAB *htab, LWLockPadded *locks, int nlocks, LWLockMode mode,
-						 fs_hash_visitor visitor, void *arg);
 extern FsQueue *fs_queue_lookup(const char *name, bool create);
 extern FsQueue *fs_queue_by_id(uint32 queue_id);
 extern FsQueue *fs_queue_insert_unlocked(Oid dboid, const char *name);

@@ -79,6 +79,7 @@ PG_FUNCTION_INFO_V1(fs_renew_slot);
 
 static HTAB *fs_lease_hash = NULL;
 static LWLockPadded *fs_lease_locks = NULL;
+static FsScanTable fs_lease_scan;	/* its partition lists (scanlist.h) */
 
 /*
  * Each lease partition keeps its LIVE and ORPHAN leases in pairing heaps
@@ -227,8 +228,9 @@ fs_local_find_pending(FsTenant *tenant, uint32 generation)
 Size
 fs_slots_shmem_size(void)
 {
-	return add_size(hash_estimate_size(fs_max_leases, sizeof(FsLease)),
-					mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition)));
+	return add_size(add_size(hash_estimate_size(fs_max_leases, sizeof(FsLease)),
+							 mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition))),
+					fs_scan_lists_size(FS_LEASE_PARTITIONS));
 }
 
 void
@@ -266,12 +268,30 @@ fs_slots_shmem_init(void)
 								  &info,
 								  HASH_ELEM | HASH_BLOBS | HASH_PARTITION |
 								  HASH_FIXED_SIZE);
+	fs_lease_scan.lists = fs_scan_lists_init("fairshare lease lists", FS_LEASE_PARTITIONS);
+	fs_lease_scan.locks = fs_lease_locks;
+	fs_lease_scan.nparts = FS_LEASE_PARTITIONS;
+	fs_lease_scan.link_offset = offsetof(FsLease, scan_link);
 }
 
 static inline LWLock *
 fs_lease_lock(uint32 hashvalue)
 {
 	return &fs_lease_locks[hashvalue % FS_LEASE_PARTITIONS].lock;
+}
+
+/*
+ * Remove a lease from the table (and from its partition's list).  Caller
+ * holds the lease's partition lock EXCLUSIVE and has taken it off its
+ * expiry heap, if it was on one.
+ */
+static void
+fs_lease_remove(FsLease *lease, uint32 hashvalue)
+{
+	int64		lease_id = lease->lease_id;
+
+	fs_scan_list_remove(&lease->scan_link);
+	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
 }
 
 /* The expiry heaps are min-heaps: the earlier expiry comes first. */
@@ -484,6 +504,7 @@ fs_lease_insert(FsTenant *entry, uint32 generation, TimestampTz now, TimestampTz
 			lease->tenant_generation = generation;
 			/* The decision noted its expiry in the tenant already. */
 			fs_lease_heap_add(hashvalue, lease);
+			fs_scan_list_add(&fs_lease_scan, hashvalue % FS_LEASE_PARTITIONS, &lease->scan_link);
 		}
 		LWLockRelease(lock);
 
@@ -654,11 +675,10 @@ fs_lease_expire_locked(FsLease *lease, uint32 hashvalue, LWLock *lock, bool at_x
 	FsTenant   *tenant = lease->tenant;
 	uint32		generation = lease->tenant_generation;
 	bool		orphan = lease->state == FS_LEASE_ORPHAN;
-	int64		lease_id = lease->lease_id;
 	bool		count_ok;
 
 	fs_lease_heap_remove(hashvalue, lease);
-	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
+	fs_lease_remove(lease, hashvalue);
 	LWLockRelease(lock);
 	count_ok = fs_lease_pin_release(tenant, generation, orphan, !orphan);
 	if (!orphan)
@@ -769,7 +789,7 @@ fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
 	{
 		/* Its holder finished after a crash: forget it. */
 		fs_lease_heap_remove(hashvalue, lease);
-		hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
+		fs_lease_remove(lease, hashvalue);
 		LWLockRelease(lock);
 		count_ok = fs_lease_pin_release(tenant, generation, true, false);
 		fs_lease_count_was_wrong(!count_ok, false);
@@ -783,7 +803,7 @@ fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
 		int			took_over = local_leases[acquired].took_over;
 
 		fs_lease_heap_remove(hashvalue, lease);
-		hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
+		fs_lease_remove(lease, hashvalue);
 		LWLockRelease(lock);
 		local_leases[acquired].kind = FS_LOCAL_DEAD;
 		if (took_over > 0)
@@ -956,6 +976,7 @@ fs_lease_sweep(TimestampTz now, int max_leases)
 					batch[n].generation = lease->tenant_generation;
 					batch[n].orphan = lease->state == FS_LEASE_ORPHAN;
 					n++;
+					fs_scan_list_remove(&lease->scan_link);
 					hash_search(fs_lease_hash, &lease_id, HASH_REMOVE, NULL);
 				}
 				fs_lease_heap_store(part, h, heap.ph_root);
@@ -1004,7 +1025,7 @@ typedef struct FsLeaseVisit
 	void	   *arg;
 } FsLeaseVisit;
 
-/* fs_hash_scan() visitor of fs_lease_foreach(): hand on the lease's facts. */
+/* fs_scan_table() visitor of fs_lease_foreach(): hand on the lease's facts. */
 static void
 fs_lease_visit_copy(void *hash_entry, void *arg)
 {
@@ -1025,8 +1046,9 @@ fs_lease_visit_copy(void *hash_entry, void *arg)
 
 /*
  * Call `visitor` with the facts of every lease, a batch at a time
- * (fs_hash_scan(): the lease partition locks held shared for one batch, so
- * a sweep, an acquire or a release waits for a batch at most).  A lease
+ * (fs_scan_table(): one lease partition lock held for one batch, so a
+ * sweep, an acquire or a release of that partition waits for a batch at
+ * most).  A lease
  * that exists throughout is visited once; one taken or released meanwhile
  * may or may not be.  The visitor must be quick and must not fail or block.
  */
@@ -1037,10 +1059,10 @@ fs_lease_foreach(fs_lease_visitor visitor, void *arg)
 
 	visit.visitor = visitor;
 	visit.arg = arg;
-	fs_hash_scan(fs_lease_hash, fs_lease_locks, FS_LEASE_PARTITIONS, LW_SHARED,
-				 fs_lease_visit_copy, &visit);
+	fs_scan_table(&fs_lease_scan, fs_lease_visit_copy, &visit);
 }
 
+/* Number of leases: see fs_tenant_count(). */
 long
 fs_lease_count(void)
 {
@@ -1088,6 +1110,7 @@ fs_lease_restore(int64 lease_id, FsTenant *tenant, Oid owner, TimestampTz acquir
 			tenant->earliest_expiry = expires_at;
 	}
 	fs_lease_heap_add(hashvalue, lease);
+	fs_scan_list_add(&fs_lease_scan, hashvalue % FS_LEASE_PARTITIONS, &lease->scan_link);
 	return true;
 }
 
@@ -1148,7 +1171,7 @@ fs_lease_drop(int64 lease_id)
 	generation = lease->tenant_generation;
 	if (lease->state != FS_LEASE_RELEASING)
 		fs_lease_heap_remove(hashvalue, lease);
-	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
+	fs_lease_remove(lease, hashvalue);
 	LWLockRelease(lock);
 	count_ok = fs_lease_pin_release(tenant, generation, false, false);
 	fs_lease_count_was_wrong(!count_ok, true);

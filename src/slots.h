@@ -41,6 +41,7 @@ typedef struct FsLease
 	uint32		tenant_generation;	/* tenant->generation when it was taken */
 	pairingheap_node expiry_node;	/* LIVE and ORPHAN leases: in their
 									 * partition's heap by expires_at */
+	dlist_node	scan_link;		/* in its partition's list (scanlist.h) */
 } FsLease;
 
 /* A lease as copied out for views and the state file. */

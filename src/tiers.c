@@ -77,6 +77,8 @@ typedef struct FsTierEntry
 	slock_t		mutex;
 	TimestampTz touched_at;
 	FsTierWindow windows[FS_TIER_MAX_RULES];
+	dlist_node	scan_link;		/* under the partition lock EXCLUSIVE: in its
+								 * partition's list (scanlist.h) */
 } FsTierEntry;
 
 typedef struct FsTierRule
@@ -95,8 +97,23 @@ typedef struct FsTierRuleSet
 	char	   *jsonb_bytes;	/* to tell rule sets apart on a collision */
 } FsTierRuleSet;
 
+/*
+ * Eviction passes over the tier table: one at a time, and after a pass that
+ * found nothing idle, none for FS_TIER_EVICT_BACKOFF_USECS (a full table of
+ * busy counters would otherwise be scanned whole by every new key's route).
+ */
+#define FS_TIER_EVICT_BACKOFF_USECS	(USECS_PER_SEC)
+
+typedef struct FsTierShared
+{
+	pg_atomic_flag evicting;	/* a pass runs */
+	pg_atomic_uint64 evict_not_before;	/* a TimestampTz */
+} FsTierShared;
+
+static FsTierShared *fs_tier_shared = NULL;
 static HTAB *fs_tier_hash = NULL;
 static LWLockPadded *fs_tier_locks = NULL;
+static FsScanTable fs_tier_scan;	/* its partition lists (scanlist.h) */
 static HTAB *fs_ruleset_cache = NULL;
 static MemoryContext fs_ruleset_context = NULL;
 
@@ -140,15 +157,24 @@ fs_tiers_init(void)
 Size
 fs_tiers_shmem_size(void)
 {
-	return hash_estimate_size(fs_max_tier_keys, sizeof(FsTierEntry));
+	return add_size(add_size(hash_estimate_size(fs_max_tier_keys, sizeof(FsTierEntry)),
+							 fs_scan_lists_size(FS_TIER_PARTITIONS)),
+					sizeof(FsTierShared));
 }
 
 void
 fs_tiers_shmem_init(void)
 {
 	HASHCTL		info;
+	bool		found;
 
 	fs_tier_locks = &GetNamedLWLockTranche("fairshare")[FS_TIER_LOCKS_OFFSET];
+	fs_tier_shared = ShmemInitStruct("fairshare tier control", sizeof(FsTierShared), &found);
+	if (!found)
+	{
+		pg_atomic_init_flag(&fs_tier_shared->evicting);
+		pg_atomic_init_u64(&fs_tier_shared->evict_not_before, 0);
+	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(FsTierKey);
 	info.entrysize = sizeof(FsTierEntry);
@@ -160,6 +186,10 @@ fs_tiers_shmem_init(void)
 								 &info,
 								 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
 								 HASH_PARTITION | HASH_FIXED_SIZE);
+	fs_tier_scan.lists = fs_scan_lists_init("fairshare tier lists", FS_TIER_PARTITIONS);
+	fs_tier_scan.locks = fs_tier_locks;
+	fs_tier_scan.nparts = FS_TIER_PARTITIONS;
+	fs_tier_scan.link_offset = offsetof(FsTierEntry, scan_link);
 }
 
 /* Shared memory per (queue, tenant, job class), all overhead included. */
@@ -436,7 +466,7 @@ typedef struct FsTierEvictScan
 } FsTierEvictScan;
 
 /*
- * fs_hash_scan() visitor of fs_tiers_evict(): note the entry's key if its
+ * fs_scan_table() visitor of fs_tiers_evict(): note the entry's key if its
  * windows are all empty.  Partition locks held SHARED: the windows are
  * read (and slid to now) under the entry's spinlock.
  */
@@ -459,10 +489,12 @@ fs_tier_collect_idle(void *hash_entry, void *arg)
 /*
  * Make room: evict every entry whose windows are all empty.  Only when the
  * table is full.  The idle entries are listed a batch at a time with the
- * partition locks SHARED (shmem.c rule 3a), then each is removed under its
+ * partition locks (shmem.c rule 3a), then each is removed under its
  * own partition lock EXCLUSIVE, after checking again that it is still there
  * and still idle.  The list is allocated before any lock is taken; when
  * there is no memory for it nothing is evicted, and the caller fails open.
+ * One pass at a time: while one runs, or for a second after one that found
+ * nothing idle, others evict nothing (their callers fail open).
  */
 static void
 fs_tiers_evict(TimestampTz now)
@@ -470,16 +502,27 @@ fs_tiers_evict(TimestampTz now)
 	FsTierEvictScan scan;
 	int			i;
 
+	if (now < (TimestampTz) pg_atomic_read_u64(&fs_tier_shared->evict_not_before))
+		return;
 	scan.capacity = Max(fs_max_tier_keys, 1);
 	scan.keys = palloc_extended(sizeof(FsTierKey) * scan.capacity,
 								MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
 	if (scan.keys == NULL)
 		return;
+	if (!pg_atomic_test_set_flag(&fs_tier_shared->evicting))
+	{
+		pfree(scan.keys);
+		return;
+	}
 	scan.count = 0;
 	scan.now = now;
 
-	fs_hash_scan(fs_tier_hash, fs_tier_locks, FS_TIER_PARTITIONS, LW_SHARED,
-				 fs_tier_collect_idle, &scan);
+	/*
+	 * Nothing from here to the flag's clearing can fail or serve an
+	 * interrupt (a scan does not; neither do the removals), so the flag
+	 * cannot be left set.
+	 */
+	fs_scan_table(&fs_tier_scan, fs_tier_collect_idle, &scan);
 
 	for (i = 0; i < scan.count; i++)
 	{
@@ -491,9 +534,16 @@ fs_tiers_evict(TimestampTz now)
 		LWLockAcquire(lock, LW_EXCLUSIVE);
 		entry = hash_search_with_hash_value(fs_tier_hash, key, hashvalue, HASH_FIND, NULL);
 		if (entry != NULL && fs_tier_idle(entry, now))
+		{
+			fs_scan_list_remove(&entry->scan_link);
 			hash_search_with_hash_value(fs_tier_hash, key, hashvalue, HASH_REMOVE, NULL);
+		}
 		LWLockRelease(lock);
 	}
+	if (scan.count == 0)
+		pg_atomic_write_u64(&fs_tier_shared->evict_not_before,
+							(uint64) (now + FS_TIER_EVICT_BACKOFF_USECS));
+	pg_atomic_clear_flag(&fs_tier_shared->evicting);
 	pfree(scan.keys);
 }
 
@@ -566,6 +616,7 @@ fs_route_enqueue(PG_FUNCTION_ARGS)
 				memset((char *) entry + sizeof(FsTierKey), 0,
 					   sizeof(FsTierEntry) - sizeof(FsTierKey));
 				SpinLockInit(&entry->mutex);
+				fs_scan_list_add(&fs_tier_scan, hashvalue % FS_TIER_PARTITIONS, &entry->scan_link);
 			}
 			break;
 		}
@@ -607,7 +658,7 @@ typedef struct FsTierCopies
 } FsTierCopies;
 
 /*
- * fs_hash_scan() visitor of fs_tier_state(): copy an entry of this
+ * fs_scan_table() visitor of fs_tier_state(): copy an entry of this
  * database's queues, under its spinlock.
  */
 static void
@@ -649,8 +700,7 @@ fs_tier_state(PG_FUNCTION_ARGS)
 	copies.count = 0;
 	copies.entries = palloc_extended(sizeof(FsTierEntry) * copies.capacity, MCXT_ALLOC_HUGE);
 
-	fs_hash_scan(fs_tier_hash, fs_tier_locks, FS_TIER_PARTITIONS, LW_SHARED,
-				 fs_tier_copy, &copies);
+	fs_scan_table(&fs_tier_scan, fs_tier_copy, &copies);
 
 	for (i = 0; i < copies.count; i++)
 	{
