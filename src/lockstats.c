@@ -80,12 +80,14 @@ typedef struct FsLockHold
 	uint64		longest_cpu_us;
 	char		cpu_where[NAMEDATALEN];
 	uint64		long_holds;		/* holds over FS_LOCKSTATS_LONG_HOLD_US */
+	uint64		long_cpu_holds; /* holds with more CPU time than that */
 } FsLockHold;
 
 typedef struct FsLockStats
 {
 	slock_t		mutex;			/* protects holds[] */
 	FsLockHold	holds[FS_NUM_LOCK_KINDS];
+	pg_atomic_uint64 nholds[FS_NUM_LOCK_KINDS]; /* every hold, counted */
 } FsLockStats;
 
 static FsLockStats *fs_lock_stats_shared = NULL;
@@ -234,6 +236,7 @@ fs_lockstats_releasing(LWLock *lock)
 	cpu_us = (uint64) Max((int64) (cpu_now.tv_sec - held.cpu_since.tv_sec) * 1000000 +
 						  (cpu_now.tv_nsec - held.cpu_since.tv_nsec) / 1000, 0);
 
+	pg_atomic_fetch_add_u64(&fs_lock_stats_shared->nholds[held.kind], 1);
 	hold = &fs_lock_stats_shared->holds[held.kind];
 	if (held_us <= FS_LOCKSTATS_LONG_HOLD_US && held_us <= hold->longest_us &&
 		cpu_us <= hold->longest_cpu_us)
@@ -241,6 +244,8 @@ fs_lockstats_releasing(LWLock *lock)
 	SpinLockAcquire(&fs_lock_stats_shared->mutex);
 	if (held_us > FS_LOCKSTATS_LONG_HOLD_US)
 		hold->long_holds++;
+	if (cpu_us > FS_LOCKSTATS_LONG_HOLD_US)
+		hold->long_cpu_holds++;
 	if (held_us > hold->longest_us)
 	{
 		hold->longest_us = held_us;
@@ -270,24 +275,30 @@ fs_lockstats_shmem_init(void)
 										   sizeof(FsLockStats), &found);
 	if (!found)
 	{
+		int			i;
+
 		memset(fs_lock_stats_shared, 0, sizeof(FsLockStats));
 		SpinLockInit(&fs_lock_stats_shared->mutex);
+		for (i = 0; i < FS_NUM_LOCK_KINDS; i++)
+			pg_atomic_init_u64(&fs_lock_stats_shared->nholds[i], 0);
 	}
 }
 
 /*
  * fs_lock_stats() RETURNS TABLE(lock text, longest_hold_ms float8,
  * acquired_in text, mode text, longest_cpu_ms float8, cpu_acquired_in text,
- * holds_over_1ms bigint): the longest hold of each kind of fairshare lock
- * since the last call (or the start) and where it was taken, the longest
- * CPU time spent holding one and where, and how many holds passed 1 ms;
- * the figures start again from zero.
+ * holds_over_1ms bigint, holds bigint, cpu_holds_over_1ms bigint): the
+ * longest hold of each kind of fairshare lock since the last call (or the
+ * start) and where it was taken, the longest CPU time spent holding one and
+ * where, how many holds passed 1 ms, how many there were, and how many took
+ * more than 1 ms of CPU time; the figures start again from zero.
  */
 Datum
 fs_lock_stats(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo;
 	FsLockHold	holds[FS_NUM_LOCK_KINDS];
+	uint64		nholds[FS_NUM_LOCK_KINDS];
 	int			i;
 
 	fs_check_loaded();
@@ -303,11 +314,13 @@ fs_lock_stats(PG_FUNCTION_ARGS)
 	memcpy(holds, fs_lock_stats_shared->holds, sizeof(holds));
 	memset(fs_lock_stats_shared->holds, 0, sizeof(holds));
 	SpinLockRelease(&fs_lock_stats_shared->mutex);
+	for (i = 0; i < FS_NUM_LOCK_KINDS; i++)
+		nholds[i] = pg_atomic_exchange_u64(&fs_lock_stats_shared->nholds[i], 0);
 
 	for (i = 0; i < FS_NUM_LOCK_KINDS; i++)
 	{
-		Datum		values[7];
-		bool		nulls[7] = {false, false, false, false, false, false, false};
+		Datum		values[9];
+		bool		nulls[9] = {false, false, false, false, false, false, false, false, false};
 		const FsLockHold *hold = &holds[i];
 
 		values[0] = CStringGetTextDatum(fs_lock_kind_names[i]);
@@ -330,6 +343,8 @@ fs_lock_stats(PG_FUNCTION_ARGS)
 		else
 			values[5] = CStringGetTextDatum(hold->cpu_where);
 		values[6] = Int64GetDatum((int64) hold->long_holds);
+		values[7] = Int64GetDatum((int64) nholds[i]);
+		values[8] = Int64GetDatum((int64) hold->long_cpu_holds);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
