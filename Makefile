@@ -4,7 +4,8 @@
 #   make install          install into the PostgreSQL found by pg_config
 #   test/run              build, install and run every test suite (see README.md)
 #
-# Every C file in src/ is part of the module.  sql/fairshare.sql is the install
+# Every C file under src/ is part of the module (src/module.c and one folder
+# per layer; README.md's Layout says which may include which).  sql/fairshare.sql is the install
 # script of the current version (built into ./fairshare--<version>.sql);
 # every sql/fairshare--*.sql is an older version's install script or an
 # upgrade script.  The version lives in fairshare.control only.
@@ -13,7 +14,7 @@ EXTENSION   = fairshare
 EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
 
 MODULE_big  = fairshare
-OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
 DATA_built  = $(EXTENSION)--$(EXTVERSION).sql
 DATA        = $(sort $(wildcard sql/$(EXTENSION)--*.sql))
 
@@ -28,7 +29,7 @@ PG_CONFIG  ?= pg_config
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/src
 
 # make FS_DEBUG=1: the debug build.  Internal invariants (FS_INVARIANT in
-# src/fairshare.h) are checked and raise an ERROR when one does not hold;
+# src/core/common.h) are checked and raise an ERROR when one does not hold;
 # test/run's debug suite runs the fault and fuzz tests against it.  Build it
 # in a clean tree (make clean first): objects do not record their flags.
 ifeq ($(FS_DEBUG),1)
@@ -37,7 +38,7 @@ endif
 # make FS_LOCK_STATS=1: the lock-statistics build.  Every LWLock fairshare
 # takes is timed from acquisition to release, and the longest hold of each
 # kind of lock, with the function that took it, is kept in shared memory for
-# fs_lock_stats() (src/lockstats.h; bench/lockhold builds and reads it).  A
+# fs_lock_stats() (src/core/lockstats.h; bench/lockhold builds and reads it).  A
 # clean tree, as for FS_DEBUG.
 ifeq ($(FS_LOCK_STATS),1)
 PG_CPPFLAGS += -DFS_LOCK_STATS
@@ -52,7 +53,7 @@ include $(PGXS)
 
 # Object files depend on every header: the headers are small and this keeps
 # incremental builds honest.
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard src/*/*.h)
 
 $(DATA_built): sql/$(EXTENSION).sql $(EXTENSION).control
 	cp $< $@

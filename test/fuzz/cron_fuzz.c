@@ -1,5 +1,5 @@
 /*
- * cron_fuzz.c: libFuzzer target for the cron engine (src/cron.c).
+ * cron_fuzz.c: libFuzzer target for the cron engine (src/schedules/cron.c).
  *
  * Every input is first given whole to the parser, which must never crash,
  * hang or write out of bounds, and must fill in an error with a field and a
@@ -29,7 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cron.h"
+#include "schedules/cron.h"
 
 #define MAX_TRANSITIONS	6
 #define WINDOW			(2 * 86400)		/* brute force over two days */

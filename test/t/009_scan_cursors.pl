@@ -2,7 +2,7 @@
 #
 # A scan of a partitioned table (the fs_leases and fs_tenants views, the
 # state file, eviction) holds one partition lock for one batch, then parks a
-# cursor in the partition's entry list and goes on from it (src/scanlist.c).
+# cursor in the partition's entry list and goes on from it (src/core/scanlist.c).
 # A cursor is one list node per process: one linked twice corrupts a list
 # (a later scan loses entries, loops or crashes), so a scan must never be
 # left parked by a cancel or a terminate, and a new backend must find its

@@ -1,0 +1,964 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *	  fairshare's shared memory: the control structure, the queue table and
+ *	  the (queue, tenant) table, and how idle tenant entries are evicted.
+ *
+ * LOCKING RULES (for all of fairshare's shared state)
+ * ---------------------------------------------------
+ * Hot paths take no lock that every backend shares exclusively.
+ *
+ * 1. Tenant table.  A partitioned, fixed-size dynahash.  FS_TENANT_PARTITIONS
+ *	  LWLocks, chosen by the key's hash.  Finding an entry takes its partition
+ *	  lock in SHARED mode; inserting or removing an entry takes it EXCLUSIVE.
+ *	  The fields of an entry are read and written under the entry's own
+ *	  spinlock (FsTenant.mutex), held for a handful of instructions: copy in,
+ *	  decide, copy out.  No other lock, no palloc, no ereport under it.
+ *
+ * 2. An FsTenant pointer is valid while its partition lock is held (any
+ *	  mode), or while the holder owns something that pins the entry: a slot
+ *	  counted in slots_in_use, or an orphan lease counted in orphan_leases.
+ *	  Eviction removes only entries where both are zero (checked under the
+ *	  entry spinlock, with the entry's partition lock held exclusively), so a
+ *	  lease may keep a pointer to its tenant and use it after taking the
+ *	  lease's own lock.  Whoever drops the last pin must not touch the entry
+ *	  again.
+ *
+ * 3. Eviction (shared memory full) runs one pass at a time (the flag
+ *	  FsShared.evicting; others wait on evict_done), lists idle entries
+ *	  a batch at a time (rule 3a), sorts with no lock held, and removes
+ *	  each chosen entry under its own partition lock EXCLUSIVE.  Only on a miss with a full table: never on the path of a
+ *	  tenant that already has an entry.
+ *
+ * 3a. Every partitioned table (tenants, leases, the claim map, tier
+ *	  counters) also links each entry into its partition's list, under the
+ *	  partition lock EXCLUSIVE, when the entry is entered and before it is
+ *	  removed (scanlist.h).  Whole-table scans (views, the state file, reset,
+ *	  eviction, sweeps) walk those lists: one partition lock at a time,
+ *	  EXCLUSIVE, for one batch of FS_SCAN_BATCH entries at most, then they
+ *	  park a cursor in the list, let go and go on from it (fs_scan_table()).
+ *	  A scan never holds two partition locks and never walks empty buckets.
+ *	  An entry that exists throughout a scan is visited exactly once; one
+ *	  created or removed meanwhile may or may not be.
+ *
+ * 4. Lease table (slots.c).  A partitioned dynahash with its own
+ *	  FS_LEASE_PARTITIONS LWLocks, EXCLUSIVE for every change, including the
+ *	  partition's heap of leases by expiry.  Sweeping expired leases takes one
+ *	  partition lock at a time, for a bounded batch.  Listing every lease
+ *	  (views, the state file) is a scan of rule 3a.  A
+ *	  backend never holds a tenant partition lock and a lease partition lock
+ *	  at the same time; under a lease lock it may take a tenant entry's
+ *	  spinlock (the entry is pinned by the lease).
+ *
+ * 5. Queue table.  queues_lock, SHARED to look up, EXCLUSIVE to create.
+ *	  Queues are never removed while the server runs, so backends cache
+ *	  FsQueue pointers and skip the lock afterwards; a queue's own fields are
+ *	  under its spinlock.
+ *
+ * 5a. Worker heartbeats (gate.c).  workers_lock, EXCLUSIVE for a heartbeat,
+ *	  SHARED to recount a queue's live threads.  Taken before a tenant entry
+ *	  is opened, never while a partition lock is held.
+ *
+ * 5b. Tier counters (tiers.c).  A partitioned table like the tenant table,
+ *	  with FS_TIER_PARTITIONS locks of its own and a spinlock per entry.
+ *
+ * 5c. Decision log (telemetry.c).  One ring per backend slot, written only by
+ *	  the backend in that slot; readers check a sequence number per record.
+ *	  No lock.
+ *
+ * 6. Counters for the whole server (FsShared.stats) are under stats_mutex,
+ *	  copied out under it by readers.  The limits generation and the lease id
+ *	  counter are atomics.
+ *
+ * 7. No spinlock is held across anything that can fail (palloc, ereport).
+ *	  LWLocks are released by error recovery, but still no fairshare LWLock is
+ *	  held across SPI or other I/O: loading limits (SPI) happens with no
+ *	  fairshare lock held at all.
+ *
+ * 8. Fair dequeue (fairqueue.c).  Each queue has one LWLock over its fair
+ *	  order (the heap of backlogged tenants and the virtual time), held
+ *	  EXCLUSIVE for a claim's planning and settling (no SPI, no I/O under it)
+ *	  and by commits that make a tenant backlogged.  Order: a tenant
+ *	  partition lock, then a queue's fair-order lock, then entry spinlocks;
+ *	  never the other way round.  Every write of FsTenant.virtual_finish is
+ *	  made under the queue's fair-order lock.  A tenant listed in the fair
+ *	  order carries FS_TENANT_QUEUED, which pins it like a held slot (rule 2),
+ *	  so the heap may keep pointers to it.  FsTenant.heap_index, the entry's
+ *	  position in that heap, is the one field of an entry NOT under its
+ *	  spinlock: it is read and written only under the fair-order lock of the
+ *	  entry's queue (exclusive to write), like the heap itself.  The claim map (rows claimed ->
+ *	  leases, for automatic release) is a partitioned hash with its own
+ *	  LWLocks, never held together with any other fairshare lock.  Each
+ *	  queue also has a commit gate (an atomic counter): a transaction that
+ *	  changes the queue's backlog is inside it from pre-commit until its
+ *	  changes are applied, and a recount closes it for the instant it takes
+ *	  its snapshot.  Nobody waits at the gate holding a fairshare lock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/wait_event.h"
+
+#include "budget/budget.h"
+#include "core/compat.h"
+#include "fairq/fairqueue.h"
+#include "gate/gate.h"
+#include "core/lockstats.h"
+#include "limits/limits.h"
+#include "core/shmem.h"
+#include "slots/slots.h"
+#include "statefile/statefile.h"
+#include "views/views.h"
+#include "tiers/tiers.h"
+#include "worker/worker.h"
+
+/* Entries evicted by one pass, as a share of the table (at least one). */
+#define FS_EVICT_FRACTION	0.05
+
+/*
+ * After a pass that found nothing idle, fail open for this long instead (or
+ * until a tenant lets go of a slot: fs_tenant_may_be_idle()).
+ */
+#define FS_EVICT_BACKOFF_USECS	(USECS_PER_SEC)
+
+FsShared   *fs_shared = NULL;
+static HTAB *fs_queue_hash = NULL;
+static HTAB *fs_tenant_hash = NULL;
+
+/* Backend-local cache of queue name -> FsQueue (queues never move). */
+typedef struct FsLocalQueue
+{
+	char		name[FS_NAME_BUFLEN];	/* hash key */
+	FsQueue    *queue;
+} FsLocalQueue;
+
+static HTAB *fs_local_queues = NULL;
+
+/* The tenant table's partition lists (scanlist.h). */
+static FsScanTable fs_tenant_scan;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+StaticAssertDecl(sizeof(FsTenant) <= 248,
+				 "a tenant entry must fit in 264 bytes with the hash table's overhead");
+
+static uint32
+fs_tenant_key_hash(const void *key, Size keysize pg_attribute_unused())
+{
+	const FsTenantKey *k = (const FsTenantKey *) key;
+
+	return hash_combine(murmurhash32(k->queue_id),
+						hash_bytes((const unsigned char *) k->tenant,
+								   (int) strlen(k->tenant)));
+}
+
+static int
+fs_tenant_key_match(const void *key1, const void *key2, Size keysize pg_attribute_unused())
+{
+	const FsTenantKey *a = (const FsTenantKey *) key1;
+	const FsTenantKey *b = (const FsTenantKey *) key2;
+
+	if (a->queue_id != b->queue_id)
+		return 1;
+	return strcmp(a->tenant, b->tenant);
+}
+
+static Size
+fs_control_size(void)
+{
+	return add_size(offsetof(FsShared, queues),
+					mul_size(sizeof(FsQueue *), fs_max_queues));
+}
+
+/* Bytes of shared memory the tenant table takes per entry, all included. */
+Size
+fs_tenant_entry_bytes(void)
+{
+	return hash_estimate_size(fs_max_tenants, sizeof(FsTenant)) / fs_max_tenants;
+}
+
+static Size
+fs_shmem_size(void)
+{
+	Size		size = MAXALIGN(fs_control_size());
+
+	size = add_size(size, hash_estimate_size(fs_max_queues, sizeof(FsQueue)));
+	size = add_size(size, hash_estimate_size(fs_max_tenants, sizeof(FsTenant)));
+	size = add_size(size, fs_scan_lists_size(FS_TENANT_PARTITIONS));
+	size = add_size(size, fs_scan_cursors_size());
+	size = add_size(size, fs_slots_shmem_size());
+	size = add_size(size, fs_gate_shmem_size());
+	size = add_size(size, fs_telemetry_shmem_size());
+	size = add_size(size, fs_tiers_shmem_size());
+	size = add_size(size, fs_worker_shmem_size());
+	size = add_size(size, fs_fairqueue_shmem_size());
+	size = add_size(size, fs_lockstats_shmem_size());
+	return size;
+}
+
+static void
+fs_shmem_request_hook(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+
+	RequestAddinShmemSpace(fs_shmem_size());
+	RequestNamedLWLockTranche("fairshare",
+							  FS_TIER_LOCKS_OFFSET + FS_TIER_PARTITIONS);
+	fs_fairqueue_shmem_request();
+}
+
+/*
+ * Create or attach to the shared state.  In the postmaster (and again after
+ * a crash, when the postmaster re-creates shared memory) this also restores
+ * the state file and arranges for it to be written at shutdown.
+ */
+static void
+fs_shmem_startup_hook(void)
+{
+	bool		found;
+	HASHCTL		info;
+	LWLockPadded *locks;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	fs_shared = NULL;
+	fs_queue_hash = NULL;
+	fs_tenant_hash = NULL;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+
+	fs_shared = ShmemInitStruct("fairshare", fs_control_size(), &found);
+	if (!found)
+	{
+		memset(fs_shared, 0, fs_control_size());
+		locks = GetNamedLWLockTranche("fairshare");
+		fs_shared->queues_lock = &locks[0].lock;
+		fs_shared->workers_lock = &locks[1].lock;
+		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS];
+		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
+		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);
+		pg_atomic_init_u32(&fs_shared->tenant_generation, 0);
+		pg_atomic_init_u64(&fs_shared->evict_not_before, 0);
+		pg_atomic_init_flag(&fs_shared->evicting);
+		ConditionVariableInit(&fs_shared->evict_done);
+		SpinLockInit(&fs_shared->stats_mutex);
+		fs_shared->started_at = GetCurrentTimestamp();
+		fs_shared->stats.reset_at = fs_shared->started_at;
+	}
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(FsQueueKey);
+	info.entrysize = sizeof(FsQueue);
+	fs_queue_hash = ShmemInitHash("fairshare queues",
+								  fs_max_queues, fs_max_queues,
+								  &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(FsTenantKey);
+	info.entrysize = sizeof(FsTenant);
+	info.hash = fs_tenant_key_hash;
+	info.match = fs_tenant_key_match;
+	info.num_partitions = FS_TENANT_PARTITIONS;
+	fs_tenant_hash = ShmemInitHash("fairshare tenants",
+								   fs_max_tenants, fs_max_tenants,
+								   &info,
+								   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+								   HASH_PARTITION | HASH_FIXED_SIZE);
+	fs_tenant_scan.lists = fs_scan_lists_init("fairshare tenant lists", FS_TENANT_PARTITIONS);
+	fs_tenant_scan.locks = fs_shared->tenant_locks;
+	fs_tenant_scan.nparts = FS_TENANT_PARTITIONS;
+	fs_tenant_scan.link_offset = offsetof(FsTenant, scan_link);
+	fs_scan_cursors_init();
+
+	fs_slots_shmem_init();
+	fs_gate_shmem_init();
+	fs_telemetry_shmem_init();
+	fs_tiers_shmem_init();
+	fs_worker_shmem_init();
+	fs_fairqueue_shmem_init();
+	fs_lockstats_shmem_init();
+
+	LWLockRelease(AddinShmemInitLock);
+
+	/*
+	 * Only the postmaster restores state and saves it at shutdown.  Backends
+	 * attach to what is there.
+	 */
+	if (!IsUnderPostmaster && !found)
+		fs_statefile_startup();
+}
+
+void
+fs_shmem_request(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = fs_shmem_request_hook;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = fs_shmem_startup_hook;
+}
+
+/* Count one event in the server-wide counters. */
+void
+fs_count_global(size_t offset)
+{
+	SpinLockAcquire(&fs_shared->stats_mutex);
+	(*(uint64 *) ((char *) &fs_shared->stats + offset))++;
+	SpinLockRelease(&fs_shared->stats_mutex);
+}
+
+/* ----------------------------------------------------------------
+ * Queues
+ * ----------------------------------------------------------------
+ */
+
+/* Set up a new queue entry.  Caller holds queues_lock exclusively. */
+static void
+fs_queue_init(FsQueue *queue)
+{
+	memset((char *) queue + sizeof(FsQueueKey), 0,
+		   sizeof(FsQueue) - sizeof(FsQueueKey));
+	queue->queue_id = fs_shared->num_queues++;
+	pg_atomic_init_u32(&queue->slots_in_use, 0);
+	SpinLockInit(&queue->mutex);
+	fs_gate_queue_init(queue);
+	fs_shared->queues[queue->queue_id] = queue;
+}
+
+/*
+ * Create a queue with no lock taken: for restoring state in the postmaster
+ * before any backend exists.  Returns NULL when the table is full.
+ */
+FsQueue *
+fs_queue_insert_unlocked(Oid dboid, const char *name)
+{
+	FsQueueKey	key;
+	FsQueue    *queue;
+	bool		found;
+
+	Assert(!IsUnderPostmaster);
+	memset(&key, 0, sizeof(key));
+	key.dboid = dboid;
+	strlcpy(key.name, name, sizeof(key.name));
+	queue = hash_search(fs_queue_hash, &key, HASH_ENTER_NULL, &found);
+	if (queue != NULL && !found)
+		fs_queue_init(queue);
+	return queue;
+}
+
+/*
+ * Find (or create) the queue of the current database with the given name.
+ * Returns NULL when the queue does not exist and create is false, or when
+ * the queue table is full (counted; the caller fails open).
+ */
+FsQueue *
+fs_queue_lookup(const char *name, bool create)
+{
+	FsQueueKey	key;
+	FsQueue    *queue;
+	FsLocalQueue *cached;
+	bool		found;
+
+	if (fs_local_queues == NULL)
+	{
+		HASHCTL		info;
+
+		info.keysize = FS_NAME_BUFLEN;
+		info.entrysize = sizeof(FsLocalQueue);
+		info.hcxt = TopMemoryContext;
+		fs_local_queues = hash_create("fairshare local queues", 16, &info,
+									  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+
+	cached = hash_search(fs_local_queues, name, HASH_FIND, NULL);
+	if (cached != NULL)
+		return cached->queue;
+
+	memset(&key, 0, sizeof(key));
+	key.dboid = MyDatabaseId;
+	strlcpy(key.name, name, sizeof(key.name));
+
+	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
+	queue = hash_search(fs_queue_hash, &key, HASH_FIND, NULL);
+	LWLockRelease(fs_shared->queues_lock);
+
+	if (queue == NULL && create)
+	{
+		LWLockAcquire(fs_shared->queues_lock, LW_EXCLUSIVE);
+		queue = hash_search(fs_queue_hash, &key, HASH_ENTER_NULL, &found);
+		if (queue != NULL && !found)
+			fs_queue_init(queue);
+		LWLockRelease(fs_shared->queues_lock);
+		if (queue == NULL)
+			FS_COUNT_GLOBAL(queue_table_full);
+	}
+
+	if (queue != NULL)
+	{
+		cached = hash_search(fs_local_queues, name, HASH_ENTER, NULL);
+		cached->queue = queue;
+	}
+	return queue;
+}
+
+/*
+ * The queue a tenant entry belongs to.  Queues are never removed and the
+ * entry's queue existed before the entry, so no lock is needed.
+ */
+FsQueue *
+fs_queue_of(const FsTenant *entry)
+{
+	return fs_shared->queues[entry->key.queue_id];
+}
+
+/* The queue with the given id (NULL if there is none). */
+FsQueue *
+fs_queue_by_id(uint32 queue_id)
+{
+	FsQueue    *queue = NULL;
+
+	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
+	if (queue_id < (uint32) fs_shared->num_queues)
+		queue = fs_shared->queues[queue_id];
+	LWLockRelease(fs_shared->queues_lock);
+	return queue;
+}
+
+/* ----------------------------------------------------------------
+ * Tenants
+ * ----------------------------------------------------------------
+ */
+
+void
+fs_tenant_key_init(FsTenantKey *key, uint32 queue_id, const char *tenant)
+{
+	memset(key, 0, sizeof(*key));
+	key->queue_id = queue_id;
+	strlcpy(key->tenant, tenant, sizeof(key->tenant));
+}
+
+/*
+ * A generation for an entry being created or recycled: never 0, so that 0
+ * can stand for "none".  It wraps after four billion entries, long after
+ * anything that remembered an old one has let go of it.
+ */
+static uint32
+fs_tenant_next_generation(void)
+{
+	uint32		generation;
+
+	do
+		generation = pg_atomic_add_fetch_u32(&fs_shared->tenant_generation, 1);
+	while (generation == 0);
+	return generation;
+}
+
+static void
+fs_tenant_init(FsTenant *entry, TimestampTz now)
+{
+	memset((char *) entry + sizeof(FsTenantKey), 0,
+		   sizeof(FsTenant) - sizeof(FsTenantKey));
+	SpinLockInit(&entry->mutex);
+	entry->flags = FS_TENANT_NEW;
+	entry->generation = fs_tenant_next_generation();
+	entry->limits_generation = 0;	/* never current: limits load on first use */
+	entry->budget_ms_per_minute = -1;
+	entry->weight = 1.0;
+	entry->max_slots = 1;
+	entry->throttle = 1.0;
+	entry->touched_at = now;
+	entry->earliest_expiry = DT_NOEND;
+	entry->heap_index = -1;		/* in no fair order (nobody else sees it yet) */
+}
+
+/*
+ * Bring an entry's time-dependent state up to `now`: the token bucket
+ * accrues and the served work decays for the time since the last decision.
+ * Call with the entry's spinlock held, before deciding anything for it.
+ */
+void
+fs_tenant_touch(FsTenant *entry, TimestampTz now)
+{
+	if (now > entry->touched_at)
+	{
+		fs_budget_accrue(entry, now);
+		fs_fairqueue_decay(entry, now);
+		entry->touched_at = now;
+	}
+}
+
+/*
+ * A tenant may have become idle (it let go of a slot): end any eviction
+ * back-off, so that the next miss looks again.  Writes shared memory only
+ * while a back-off is in force.
+ */
+void
+fs_tenant_may_be_idle(void)
+{
+	if (pg_atomic_read_u64(&fs_shared->evict_not_before) != 0)
+		pg_atomic_write_u64(&fs_shared->evict_not_before, 0);
+}
+
+/*
+ * May this entry be evicted?  Only when forgetting it loses nothing a fresh
+ * entry would not give back: no slot held, no orphan lease, no backlog, a
+ * full token bucket, and no fair-order state that matters (fairqueue.c).
+ * Called with the entry's spinlock held.
+ */
+static bool
+fs_tenant_is_idle(FsTenant *entry, TimestampTz now)
+{
+	if (entry->slots_in_use > 0 || entry->orphan_leases > 0 || entry->ready_rows != 0)
+		return false;
+	return fs_budget_is_full(entry, now) && fs_fairqueue_may_evict(entry);
+}
+
+typedef struct FsEvictCandidate
+{
+	FsTenantKey key;
+	TimestampTz touched_at;
+} FsEvictCandidate;
+
+/* What an eviction pass's scan collects (fs_evict_collect()). */
+typedef struct FsEvictScan
+{
+	FsEvictCandidate *candidates;	/* allocated before the scan */
+	int			count;
+	int			capacity;
+	TimestampTz now;
+} FsEvictScan;
+
+static int
+fs_evict_candidate_cmp(const void *a, const void *b)
+{
+	TimestampTz ta = ((const FsEvictCandidate *) a)->touched_at;
+	TimestampTz tb = ((const FsEvictCandidate *) b)->touched_at;
+
+	return (ta > tb) - (ta < tb);
+}
+
+/*
+ * fs_scan_table() visitor of an eviction pass: note the entry, with when it
+ * was last used, if it is idle.  Runs with the partition locks held: copies
+ * and nothing else.
+ */
+static void
+fs_evict_collect(void *hash_entry, void *arg)
+{
+	FsTenant   *entry = (FsTenant *) hash_entry;
+	FsEvictScan *scan = (FsEvictScan *) arg;
+	bool		idle;
+	TimestampTz touched_at;
+
+	if (scan->count >= scan->capacity)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	idle = fs_tenant_is_idle(entry, scan->now);
+	touched_at = entry->touched_at;
+	SpinLockRelease(&entry->mutex);
+	if (idle)
+	{
+		scan->candidates[scan->count].key = entry->key;
+		scan->candidates[scan->count].touched_at = touched_at;
+		scan->count++;
+	}
+}
+
+static inline LWLock *fs_tenant_partition_lock(uint32 hashvalue);
+
+/*
+ * Wait until the eviction pass that runs now ends, as a backend waits for
+ * an LWLock: interrupts are held, not served, because an insert may evict
+ * where no error may be raised (at the end of a transaction); a cancel that
+ * comes meanwhile stays pending for the next CHECK_FOR_INTERRUPTS().  The
+ * pass itself never waits and never fails, so the wait is as long as one
+ * pass.
+ */
+static void
+fs_evict_wait(void)
+{
+	HOLD_INTERRUPTS();
+	ConditionVariablePrepareToSleep(&fs_shared->evict_done);
+	while (!pg_atomic_unlocked_test_flag(&fs_shared->evicting))
+		ConditionVariableSleep(&fs_shared->evict_done, PG_WAIT_EXTENSION);
+	ConditionVariableCancelSleep();
+	RESUME_INTERRUPTS();
+}
+
+/*
+ * Evict the least recently used idle entries (FS_EVICT_FRACTION of the
+ * table).  Returns how many were evicted.
+ *
+ * This runs on a decision's path, so it must neither fail nor make
+ * decisions queue up behind it for long: the work array is allocated without
+ * failing on memory before any lock is taken, only one backend evicts at a
+ * time (the others wait for its pass, then try again), and after a pass that
+ * found nothing idle, no new pass starts for FS_EVICT_BACKOFF_USECS.
+ *
+ * Three steps, so that no lock is held for long and nothing is sorted under
+ * one: list the idle entries a batch at a time (fs_scan_table(): one
+ * partition lock for one batch, so a decision waits for one batch at
+ * most), sort the list with no
+ * lock held, then remove the oldest one at a time, each under its own
+ * partition lock held EXCLUSIVE, after checking again that it is still
+ * there and still idle (rule 2: nobody holds a pointer to an entry without
+ * its partition lock or a pin).
+ */
+static int
+fs_tenant_evict(TimestampTz now)
+{
+	FsTenant   *entry;
+	FsEvictScan scan;
+	int			want;
+	int			evicted = 0;
+	int			i;
+
+	if (now < (TimestampTz) pg_atomic_read_u64(&fs_shared->evict_not_before))
+		return 0;
+	scan.candidates = palloc_extended(sizeof(FsEvictCandidate) * fs_max_tenants,
+									  MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+	if (scan.candidates == NULL)
+		return 0;
+	scan.count = 0;
+	scan.capacity = fs_max_tenants;
+	scan.now = now;
+	/*
+	 * One backend evicts at a time.  The others wait for its pass to end
+	 * (rather than fail open while it frees room) and then try their insert
+	 * again.  No LWLock marks the pass: it lasts longer than any LWLock may
+	 * be held.
+	 */
+	if (!pg_atomic_test_set_flag(&fs_shared->evicting))
+	{
+		fs_evict_wait();
+		pfree(scan.candidates);
+		return 0;
+	}
+	want = Max(1, (int) (fs_max_tenants * FS_EVICT_FRACTION));
+
+	fs_scan_table(&fs_tenant_scan, fs_evict_collect, &scan);
+
+	if (scan.count > want)
+		qsort(scan.candidates, scan.count, sizeof(FsEvictCandidate), fs_evict_candidate_cmp);
+
+	for (i = 0; i < scan.count && evicted < want; i++)
+	{
+		const FsTenantKey *key = &scan.candidates[i].key;
+		uint32		hashvalue = get_hash_value(fs_tenant_hash, key);
+		LWLock	   *lock = fs_tenant_partition_lock(hashvalue);
+		bool		idle = false;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_FIND, NULL);
+		if (entry != NULL)
+		{
+			SpinLockAcquire(&entry->mutex);
+			idle = fs_tenant_is_idle(entry, now);
+			SpinLockRelease(&entry->mutex);
+		}
+		if (idle)
+		{
+			FsQueue    *queue = fs_shared->queues[key->queue_id];
+
+			fs_scan_list_remove(&entry->scan_link);
+			hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_REMOVE, NULL);
+			evicted++;
+			SpinLockAcquire(&queue->mutex);
+			queue->tenants--;
+			SpinLockRelease(&queue->mutex);
+		}
+		LWLockRelease(lock);
+	}
+
+	if (evicted == 0)
+		pg_atomic_write_u64(&fs_shared->evict_not_before, (uint64) (now + FS_EVICT_BACKOFF_USECS));
+	pg_atomic_clear_flag(&fs_shared->evicting);
+	ConditionVariableBroadcast(&fs_shared->evict_done);
+
+	pfree(scan.candidates);
+
+	SpinLockAcquire(&fs_shared->stats_mutex);
+	fs_shared->stats.evictions += evicted;
+	fs_shared->stats.eviction_passes++;
+	SpinLockRelease(&fs_shared->stats_mutex);
+
+	return evicted;
+}
+
+static inline uint32
+fs_tenant_partition(uint32 hashvalue)
+{
+	return hashvalue % FS_TENANT_PARTITIONS;
+}
+
+static inline LWLock *
+fs_tenant_partition_lock(uint32 hashvalue)
+{
+	return &fs_shared->tenant_locks[fs_tenant_partition(hashvalue)].lock;
+}
+
+/*
+ * Look up (and optionally create) the entry of `tenant` in `queue`, with its
+ * limits current.  On success the entry's partition lock is held (release it
+ * with fs_tenant_close()) and ref->limits holds the limits to decide with.
+ *
+ * Returns NULL, holding nothing, when the entry does not exist and
+ * FS_OPEN_CREATE is not given, when the table is full and nothing can be
+ * evicted, or when fs_limits cannot be read (both counted: the caller fails
+ * open).
+ *
+ * Limits are cached in the entry together with the generation they were
+ * loaded at.  When they are stale we let go of every lock, load them with
+ * SPI (tenant_limits.c), and store them on the way back in.  With
+ * FS_OPEN_NO_LIMITS (for code that may not run SPI, such as transaction-end
+ * callbacks) stale limits are handed back as they are and left for the next
+ * decision.
+ */
+FsTenant *
+fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
+{
+	bool		create = (flags & FS_OPEN_CREATE) != 0;
+	FsTenantKey key;
+	uint32		hashvalue;
+	LWLock	   *lock;
+	FsTenant   *entry;
+	bool		found;
+	bool		evicted = false;
+	bool		resolved = false;
+	uint32		generation = 0;
+
+	fs_tenant_key_init(&key, queue->queue_id, tenant);
+	hashvalue = get_hash_value(fs_tenant_hash, &key);
+	lock = fs_tenant_partition_lock(hashvalue);
+
+	for (;;)
+	{
+		LWLockAcquire(lock, LW_SHARED);
+		entry = hash_search_with_hash_value(fs_tenant_hash, &key, hashvalue,
+											HASH_FIND, NULL);
+		if (entry == NULL && create)
+		{
+			LWLockRelease(lock);
+			LWLockAcquire(lock, LW_EXCLUSIVE);
+			entry = hash_search_with_hash_value(fs_tenant_hash, &key, hashvalue,
+												HASH_ENTER_NULL, &found);
+			if (entry == NULL)
+			{
+				LWLockRelease(lock);
+				if (!evicted)
+				{
+					/* Full: evict idle entries once, then try again. */
+					evicted = true;
+					fs_tenant_evict(fs_now());
+					continue;
+				}
+				FS_COUNT_GLOBAL(tenant_table_full);
+				return NULL;
+			}
+			if (!found)
+			{
+				fs_tenant_init(entry, fs_now());
+				fs_scan_list_add(&fs_tenant_scan, fs_tenant_partition(hashvalue), &entry->scan_link);
+				SpinLockAcquire(&queue->mutex);
+				queue->tenants++;
+				SpinLockRelease(&queue->mutex);
+			}
+		}
+		if (entry == NULL)
+		{
+			LWLockRelease(lock);
+			return NULL;
+		}
+
+		SpinLockAcquire(&entry->mutex);
+		if (fs_limits_current(entry) || (flags & FS_OPEN_NO_LIMITS))
+			fs_limits_copy_out(entry, &ref->limits);
+		else if (resolved)
+			fs_limits_store(entry, &ref->limits, generation);	/* loaded just now */
+		else
+		{
+			SpinLockRelease(&entry->mutex);
+			LWLockRelease(lock);
+			if (!fs_limits_resolve(queue, tenant, &ref->limits, &generation))
+			{
+				/* Limits unreadable: the caller fails open. */
+				FS_COUNT_GLOBAL(limits_unreadable);
+				return NULL;
+			}
+			resolved = true;
+			continue;
+		}
+		SpinLockRelease(&entry->mutex);
+
+		ref->entry = entry;
+		ref->partition_lock = lock;
+		return entry;
+	}
+}
+
+/* fs_tenant_open() that never runs SPI: stale limits are returned as cached. */
+FsTenant *
+fs_tenant_open_cached(FsQueue *queue, const char *tenant, bool create, FsTenantRef *ref)
+{
+	return fs_tenant_open(queue, tenant,
+						  FS_OPEN_NO_LIMITS | (create ? FS_OPEN_CREATE : 0), ref);
+}
+
+void
+fs_tenant_close(FsTenantRef *ref)
+{
+	if (ref->partition_lock != NULL)
+		LWLockRelease(ref->partition_lock);
+	ref->partition_lock = NULL;
+	ref->entry = NULL;
+}
+
+/*
+ * Insert an entry with no lock taken: for restoring state in the postmaster
+ * before any backend exists.  Returns NULL when the table is full.
+ */
+FsTenant *
+fs_tenant_insert_unlocked(const FsTenantKey *key)
+{
+	FsTenant   *entry;
+	bool		found;
+	FsQueue    *queue;
+	uint32		hashvalue = get_hash_value(fs_tenant_hash, key);
+
+	Assert(!IsUnderPostmaster);
+	entry = hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_ENTER_NULL, &found);
+	if (entry != NULL && !found)
+	{
+		fs_tenant_init(entry, GetCurrentTimestamp());
+		fs_scan_list_add(&fs_tenant_scan, fs_tenant_partition(hashvalue), &entry->scan_link);
+		entry->flags = 0;
+		queue = fs_shared->queues[key->queue_id];
+		queue->tenants++;
+	}
+	return entry;
+}
+
+/* fs_tenant_foreach()'s state: the caller's visitor and its argument. */
+typedef struct FsTenantVisit
+{
+	fs_tenant_visitor visitor;
+	fs_tenant_mutator mutator;
+	void	   *arg;
+} FsTenantVisit;
+
+/* fs_scan_table() visitor of fs_tenant_foreach(): hand on a copy. */
+static void
+fs_tenant_visit_copy(void *hash_entry, void *arg)
+{
+	FsTenant   *entry = (FsTenant *) hash_entry;
+	FsTenantVisit *visit = (FsTenantVisit *) arg;
+	FsTenant	copy;
+
+	SpinLockAcquire(&entry->mutex);
+	memcpy(&copy, entry, sizeof(FsTenant));
+	SpinLockRelease(&entry->mutex);
+	visit->visitor(&copy, visit->arg);
+}
+
+/*
+ * Call `visitor` with a copy of every tenant entry (taken under its
+ * spinlock), a batch at a time (rule 3a): the partition locks are held in
+ * shared mode for one batch, which never blocks a decision for an existing
+ * tenant and holds up a new tenant for one batch at most.  The visitor must
+ * be quick and must not fail, block or take fairshare locks: copy, and do
+ * the work afterwards.
+ */
+void
+fs_tenant_foreach(fs_tenant_visitor visitor, void *arg)
+{
+	FsTenantVisit visit = {visitor, NULL, arg};
+
+	fs_scan_table(&fs_tenant_scan, fs_tenant_visit_copy, &visit);
+}
+
+/* fs_scan_table() visitor of fs_tenant_mutate_all(): under the spinlock. */
+static void
+fs_tenant_visit_mutate(void *hash_entry, void *arg)
+{
+	FsTenant   *entry = (FsTenant *) hash_entry;
+	FsTenantVisit *visit = (FsTenantVisit *) arg;
+
+	SpinLockAcquire(&entry->mutex);
+	visit->mutator(entry, visit->arg);
+	SpinLockRelease(&entry->mutex);
+}
+
+/*
+ * Apply `mutator` to every entry, under the entry's spinlock (so it must be
+ * short and must not fail), a batch at a time as fs_tenant_foreach() does.
+ * Used by reset.
+ */
+void
+fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg)
+{
+	FsTenantVisit visit = {NULL, mutator, arg};
+
+	fs_scan_table(&fs_tenant_scan, fs_tenant_visit_mutate, &visit);
+}
+
+/*
+ * Number of tenant entries.  Read without the partition locks (as
+ * fs_lease_count() does): entries entered or removed at this instant may
+ * or may not be counted, which is all a view can say anyway.
+ */
+long
+fs_tenant_count(void)
+{
+	return hash_get_num_entries(fs_tenant_hash);
+}
+
+#ifdef FS_DEBUG
+/*
+ * The debug build's check of one tenant entry and its queue, after a
+ * decision (never under a lock of the caller's): counts never below zero,
+ * a balance within its bounds, limits as the cache keeps them.  Reads
+ * without SPI (stale limits are fine).
+ */
+void
+fs_debug_check_tenant(FsQueue *queue, const char *tenant)
+{
+	FsTenantRef ref;
+	FsTenant   *entry;
+	FsTenant	copy;
+
+	if (queue == NULL)
+		return;
+	FS_INVARIANT(pg_atomic_read_u32(&queue->slots_in_use) <= (uint32) PG_INT32_MAX);
+	entry = fs_tenant_open(queue, tenant, FS_OPEN_NO_LIMITS, &ref);
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	memcpy(&copy, entry, sizeof(copy));
+	SpinLockRelease(&entry->mutex);
+	fs_tenant_close(&ref);
+
+	FS_INVARIANT(copy.slots_in_use >= 0);
+	FS_INVARIANT(copy.min_slots >= 0 && copy.min_slots <= copy.max_slots);
+	FS_INVARIANT(copy.weight > 0 && !isinf(copy.weight));
+	FS_INVARIANT(copy.throttle >= 0 && copy.throttle <= 1);
+	FS_INVARIANT(!isnan(copy.virtual_finish) && !isinf(copy.virtual_finish));
+	FS_INVARIANT(copy.served_ms >= 0 && !isinf(copy.served_ms));
+	if (copy.budget_ms_per_minute >= 0)
+	{
+		FS_INVARIANT(!isnan(copy.token_balance) && !isinf(copy.token_balance));
+		FS_INVARIANT(copy.token_balance >=
+					 -FS_BUDGET_MAX_DEBT_MINUTES * copy.budget_ms_per_minute - 1e-6);
+	}
+}
+#endif

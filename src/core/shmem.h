@@ -1,0 +1,238 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *	  fairshare's shared state: queues, (queue, tenant) entries, and the
+ *	  control structure.  The locking rules are written once, at the top of
+ *	  shmem.c; read them before touching anything declared here.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_SHMEM_H
+#define FAIRSHARE_SHMEM_H
+
+#include "core/common.h"
+#include "core/scanlist.h"
+
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+#include "storage/condition_variable.h"
+#include "storage/spin.h"
+#include "utils/hsearch.h"
+
+/* Partitions of the shared tables; powers of two. */
+#define FS_TENANT_PARTITIONS	128
+#define FS_LEASE_PARTITIONS		64	/* slots.c */
+#define FS_TIER_PARTITIONS		16	/* tiers.c */
+
+/*
+ * The "fairshare" LWLock tranche: FS_MISC_LOCKS named locks, then the tenant
+ * partitions, then the lease partitions (slots.h), then the tier partitions
+ * (tiers.h).
+ */
+#define FS_MISC_LOCKS			2
+#define FS_LEASE_LOCKS_OFFSET	(FS_MISC_LOCKS + FS_TENANT_PARTITIONS)
+#define FS_TIER_LOCKS_OFFSET	(FS_LEASE_LOCKS_OFFSET + FS_LEASE_PARTITIONS)
+
+/*
+ * A queue, per database.  Queues are created on first use and live until
+ * the server stops (they are few: fairshare.max_queues).  Their addresses
+ * never change, so backends cache pointers to them.
+ */
+typedef struct FsQueueKey
+{
+	Oid			dboid;
+	char		name[FS_NAME_BUFLEN];
+} FsQueueKey;
+
+typedef struct FsQueue
+{
+	FsQueueKey	key;			/* hash key: must be first */
+	uint32		queue_id;		/* index in FsShared->queues, stable */
+	pg_atomic_uint32 slots_in_use;	/* all tenants' slots (busy worker threads) */
+	slock_t		mutex;			/* protects the fields below */
+	uint64		tenants;		/* tenant entries of this queue */
+	/* global gate (gate.c) */
+	int32		live_threads;	/* threads of workers with a recent heartbeat */
+	int32		live_workers;
+	TimestampTz live_until;		/* when the first of them drops out */
+	float8		latency_ms;		/* last reported queue latency */
+	TimestampTz latency_at;		/* when it was reported */
+} FsQueue;
+
+/*
+ * A (queue, tenant) entry.  Everything fairshare decides for a tenant is
+ * kept here; it is meant to stay within 240 bytes so that an entry with the
+ * hash table's own element header (16 bytes) fits in 256 (checked at compile
+ * time in shmem.c).
+ */
+typedef struct FsTenantKey
+{
+	uint32		queue_id;
+	char		tenant[FS_NAME_BUFLEN];
+} FsTenantKey;
+
+/* Effective limits of a tenant, after falling back on the defaults. */
+typedef struct FsLimits
+{
+	int32		max_slots;
+	int32		min_slots;
+	float8		weight;
+	float8		budget_ms_per_minute;	/* < 0: no budget (unlimited) */
+	float8		throttle;		/* throttle_pct / 100, in [0, 1] */
+} FsLimits;
+
+typedef struct FsTenant
+{
+	FsTenantKey key;			/* hash key: must be first */
+	slock_t		mutex;			/* protects everything below but
+								 * heap_index */
+	uint8		flags;
+	uint16		orphan_leases;	/* leases restored after a crash, not yet
+								 * renewed: they pin the entry */
+	int32		slots_in_use;	/* live leases (and leases being released) */
+	uint32		limits_generation;	/* of the cached limits below */
+	int32		max_slots;
+	int32		min_slots;
+	float8		weight;
+	float8		budget_ms_per_minute;
+	float8		throttle;
+	float8		token_balance;	/* exact as of touched_at */
+	TimestampTz touched_at;		/* last decision; see fs_tenant_touch() */
+	TimestampTz earliest_expiry;	/* no live lease expires before this */
+	float8		virtual_finish; /* fair order: finish tag of the last claim */
+	int64		ready_rows;		/* fair dequeue backlog */
+	uint64		decisions[FS_NUM_TENANT_REASONS];
+	uint64		leases_expired;
+	uint64		failed_to_deliver;
+	float8		served_ms;		/* work served, for fairness metrics */
+	uint32		generation;		/* new for every entry created or recycled:
+								 * what remembers a pointer to the entry
+								 * across a lock release keeps this too, and
+								 * a mismatch means the entry was reused */
+	/* Not under `mutex`: under the fair-order lock of the entry's queue. */
+	int32		heap_index;		/* with FS_TENANT_QUEUED: its position in
+								 * the queue's fair order (fairqueue.c) */
+	/* Under the entry's partition lock EXCLUSIVE: its partition's list. */
+	dlist_node	scan_link;		/* scanlist.h */
+} FsTenant;
+
+/* FsTenant.flags */
+#define FS_TENANT_NEW			0x01	/* created by this decision */
+#define FS_TENANT_QUEUED		0x02	/* listed in its queue's fair order
+										 * (fairqueue.c): pins the entry */
+#define FS_TENANT_DRY			0x04	/* its last claim found fewer rows than
+										 * counted: skipped for a while */
+
+/* Counters kept for the whole server, under FsShared->stats_mutex. */
+typedef struct FsGlobalStats
+{
+	uint64		fail_open;		/* decisions granted without state */
+	uint64		evictions;		/* idle tenant entries evicted */
+	uint64		eviction_passes;
+	uint64		tenant_table_full;	/* lookups that found no free entry */
+	uint64		limits_unreadable;	/* decisions made without fs_limits */
+	uint64		queue_table_full;
+	uint64		lease_table_full;
+	uint64		leases_expired;
+	uint64		leases_orphaned;	/* restored after a crash */
+	uint64		leases_reregistered;	/* orphans renewed after a crash */
+	TimestampTz reset_at;
+} FsGlobalStats;
+
+/* How the state in shared memory began. */
+typedef enum FsStartKind
+{
+	FS_START_FRESH = 0,			/* no state file: a first start */
+	FS_START_RESTORED,			/* restored after a clean shutdown */
+	FS_START_AFTER_CRASH		/* the last run did not shut down cleanly */
+} FsStartKind;
+
+typedef struct FsShared
+{
+	LWLock	   *queues_lock;	/* the queue table */
+	LWLock	   *workers_lock;	/* the worker heartbeat table (gate.c) */
+	LWLockPadded *tenant_locks; /* FS_TENANT_PARTITIONS of them */
+
+	pg_atomic_uint32 limits_generation; /* bumped when fs_limits commits */
+	pg_atomic_uint64 next_lease_id;
+	pg_atomic_uint32 tenant_generation; /* the last FsTenant.generation */
+	pg_atomic_uint64 evict_not_before;	/* no eviction pass before this time */
+	pg_atomic_flag evicting;	/* an eviction pass runs: one at a time */
+	ConditionVariable evict_done;	/* broadcast when a pass ends */
+
+	FsStartKind start_kind;
+	TimestampTz started_at;
+
+	slock_t		stats_mutex;
+	FsGlobalStats stats;
+
+	int			num_queues;		/* under queues_lock */
+	FsQueue    *queues[FLEXIBLE_ARRAY_MEMBER];	/* by queue_id */
+} FsShared;
+
+extern FsShared *fs_shared;
+
+/*
+ * What fs_tenant_open() hands back: the entry, the partition lock the caller
+ * now holds, and a copy of the effective limits to decide with.
+ */
+typedef struct FsTenantRef
+{
+	FsTenant   *entry;
+	LWLock	   *partition_lock;
+	FsLimits	limits;
+} FsTenantRef;
+
+typedef void (*fs_tenant_visitor) (const FsTenant *copy, void *arg);
+typedef void (*fs_tenant_mutator) (FsTenant *entry, void *arg);
+
+/* shmem.c */
+extern void fs_shmem_request(void);
+extern FsQueue *fs_queue_lookup(const char *name, bool create);
+extern FsQueue *fs_queue_by_id(uint32 queue_id);
+extern FsQueue *fs_queue_insert_unlocked(Oid dboid, const char *name);
+extern void fs_tenant_key_init(FsTenantKey *key, uint32 queue_id, const char *tenant);
+/* fs_tenant_open() flags */
+#define FS_OPEN_CREATE		0x01	/* create the entry if it is missing */
+#define FS_OPEN_NO_LIMITS	0x02	/* find only: no limits refresh (no SPI) */
+
+extern FsTenant *fs_tenant_open(FsQueue *queue, const char *tenant, int flags,
+								FsTenantRef *ref);
+extern FsTenant *fs_tenant_open_cached(FsQueue *queue, const char *tenant, bool create,
+									   FsTenantRef *ref);
+extern void fs_tenant_close(FsTenantRef *ref);
+extern FsTenant *fs_tenant_insert_unlocked(const FsTenantKey *key);
+extern void fs_tenant_touch(FsTenant *entry, TimestampTz now);
+extern void fs_tenant_may_be_idle(void);
+extern void fs_tenant_foreach(fs_tenant_visitor visitor, void *arg);
+extern void fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg);
+extern long fs_tenant_count(void);
+extern void fs_count_global(size_t offset);
+extern Size fs_tenant_entry_bytes(void);
+extern FsQueue *fs_queue_of(const FsTenant *entry);
+
+/* The debug build's checks after a decision (no-ops otherwise). */
+#ifdef FS_DEBUG
+extern void fs_debug_check_tenant(FsQueue *queue, const char *tenant);
+#define FS_DEBUG_CHECK_TENANT(queue, tenant) fs_debug_check_tenant(queue, tenant)
+#else
+#define FS_DEBUG_CHECK_TENANT(queue, tenant) ((void) 0)
+#endif
+
+/*
+ * Take `n` slots off a queue's count, never below zero: a count that went
+ * below zero would wrap to four billion busy threads and hold the queue in
+ * backpressure until restart.
+ */
+static inline void
+fs_queue_slots_sub(FsQueue *queue, uint32 n)
+{
+	uint32		old = pg_atomic_read_u32(&queue->slots_in_use);
+
+	while (!pg_atomic_compare_exchange_u32(&queue->slots_in_use, &old, old - Min(old, n)))
+		;
+}
+
+#define FS_COUNT_GLOBAL(field) fs_count_global(offsetof(FsGlobalStats, field))
+
+#endif							/* FAIRSHARE_SHMEM_H */

@@ -1,0 +1,70 @@
+/*-------------------------------------------------------------------------
+ *
+ * fairqueue.h
+ *	  Fair per-tenant dequeue: what the rest of fairshare calls.
+ *
+ * An application's ready table (Solid Queue's solid_queue_ready_executions,
+ * GoodJob's good_jobs, or its own) is registered with fs_register_queue():
+ * the SQL that yields a row's tenant, its order within the tenant, and which
+ * rows are ready.  Triggers keep per-tenant counts of ready rows in shared
+ * memory (applied at commit), and fs_claim() claims rows in start-time fair
+ * queueing order, FOR UPDATE SKIP LOCKED in the caller's transaction, each
+ * with a slot lease.  See fairqueue.c for the design.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_FAIRQUEUE_H
+#define FAIRSHARE_FAIRQUEUE_H
+
+#include "lib/stringinfo.h"
+
+#include "core/shmem.h"
+
+/* GUC: half-life of the served work behind the fairness metrics, seconds. */
+extern int	fs_fairness_half_life;
+
+/* Module start (_PG_init): GUCs and transaction callbacks. */
+extern void fs_fairqueue_init(void);
+
+/* Shared memory, called from shmem.c's hooks. */
+extern Size fs_fairqueue_shmem_size(void);
+extern void fs_fairqueue_shmem_request(void);
+extern void fs_fairqueue_shmem_init(void);
+
+/*
+ * Tenant entries (shmem.c): may this entry be evicted as far as fair dequeue
+ * is concerned, and decay its served work up to `now`.  Both are called with
+ * the entry's spinlock held.
+ */
+extern bool fs_fairqueue_may_evict(const FsTenant *entry);
+extern void fs_fairqueue_decay(FsTenant *entry, TimestampTz now);
+
+/* fs_reset(): zero the per-queue counters of fair dequeue. */
+extern void fs_fairqueue_reset_counters(void);
+
+/*
+ * The state file (statefile.c): fair dequeue saves each queue's virtual time
+ * (clean shutdowns) and the map from claimed rows to leases (every save), in
+ * sections of their own; restore gets each such section back.
+ */
+#define FS_SECTION_FAIRQ_QUEUES		5
+#define FS_SECTION_FAIRQ_CLAIMS		6
+extern void fs_fairqueue_save_state(StringInfo buf, uint32 nqueues, bool clean);
+extern void fs_fairqueue_restore_section(uint32 tag, const char *data, uint32 item_size,
+										 uint64 count, FsQueue **queues, uint64 nqueues,
+										 bool clean, int64 next_lease_id);
+
+/*
+ * Recount the ready rows of every registered queue of the current database
+ * from its table, and forget claim-map entries whose leases are gone.  For
+ * the background worker, which should call it inside a transaction every few
+ * minutes (and once at its start): backlog counts are kept exactly by the
+ * triggers, so this only heals drift (after a crash, or rows changed with
+ * triggers disabled).  It takes no table lock: enqueues and claims go on
+ * (a queue's commits pause for an instant while its snapshot is taken).
+ * A queue another session is recounting is skipped.  Returns the number of
+ * queues recounted.
+ */
+extern int	fs_fairqueue_resync_all(void);
+
+#endif							/* FAIRSHARE_FAIRQUEUE_H */

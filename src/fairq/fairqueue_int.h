@@ -1,0 +1,341 @@
+/*-------------------------------------------------------------------------
+ *
+ * fairqueue_int.h
+ *	  Fair dequeue, inside: the declarations its three files share.
+ *
+ *	  fairqueue.c           fair order in shared memory, fs_claim(),
+ *	                        fs_ready_tenants(), resync, metrics, state file
+ *	  fairqueue_register.c  fs_register_queue(): validating the SQL a queue
+ *	                        is defined by, its triggers and index, and the
+ *	                        per-backend cache of registrations
+ *	  fairqueue_track.c     the triggers: backlog deltas applied at commit,
+ *	                        what a claim undoes at rollback, and the claim
+ *	                        map that releases leases automatically
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_FAIRQUEUE_INT_H
+#define FAIRSHARE_FAIRQUEUE_INT_H
+
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/relcache.h"
+
+#include "fairq/fairqueue.h"
+#include "core/run_as.h"
+
+/*
+ * Heap entries are kept in chunks of this many (a power of two), found
+ * through a radix directory whose nodes hold this many ids each (also a
+ * power of two), at most FS_HEAP_MAX_DEPTH nodes deep: up to 2^32 items.
+ * fairqueue.c explains the layout and proves the pools' sizes.
+ */
+#define FS_HEAP_CHUNK_SHIFT		4
+#define FS_HEAP_CHUNK			(1 << FS_HEAP_CHUNK_SHIFT)
+#define FS_HEAP_FANOUT_SHIFT	7
+#define FS_HEAP_FANOUT			(1 << FS_HEAP_FANOUT_SHIFT)
+#define FS_HEAP_MAX_DEPTH		4
+
+/* Partitions of the claim map; a power of two. */
+#define FS_CLAIM_PARTITIONS		32
+
+/* Most rows one fs_claim() call may ask for. */
+#define FS_CLAIM_MAX_ROWS		10000
+
+/* A tenant whose claim came back short is not probed again for this long. */
+#define FS_DRY_RETRY_USECS		USECS_PER_SEC
+
+/* How often claims measure a queue's latency (enqueued_at), at most. */
+#define FS_LATENCY_SAMPLE_USECS	USECS_PER_SEC
+
+/* A row's cost is clamped to this range; NULL or NaN costs 1. */
+#define FS_MIN_COST				0.001
+#define FS_MAX_COST				1e9
+
+/* Row keys up to this many bytes are kept exactly, longer ones hashed. */
+#define FS_KEY_INLINE			16
+
+/*
+ * One backlogged tenant in its queue's fair order: a binary min-heap on the
+ * tenant's virtual finish tag.  `key` always equals the tenant's
+ * virtual_finish (both are written under the queue's lock).
+ */
+typedef struct FsHeapItem
+{
+	float8		key;
+	FsTenant   *tenant;			/* pinned by FS_TENANT_QUEUED */
+	TimestampTz dry_until;		/* with FS_TENANT_DRY: skipped until then */
+	int32		min_slots;		/* cached, for the guaranteed floor */
+	int32		pad;
+} FsHeapItem;
+
+/*
+ * A node of a heap's directory: the ids of the chunks (at the lowest level)
+ * or of the nodes of the level below.  A free node links the free list
+ * through ids[0].
+ */
+typedef struct FsHeapDirNode
+{
+	int32		ids[FS_HEAP_FANOUT];
+} FsHeapDirNode;
+
+/* Per-queue counters (fs_fairness), zeroed by fs_reset(). */
+typedef struct FsFairCounters
+{
+	uint64		claims;			/* fs_claim() calls */
+	uint64		rows_claimed;
+	uint64		rows_released;	/* leases released by the running table */
+	uint64		short_probes;	/* tenants that had fewer claimable rows than counted */
+	uint64		resyncs;
+	uint64		fail_open;		/* claims served without fair order */
+	uint64		unmapped;		/* claimed rows the claim map had no room for */
+} FsFairCounters;
+
+/*
+ * Fair-order state of a queue, by queue_id.  Everything is under `lock`
+ * (shmem.c rule 8), and so are the chunks and directory nodes of its heap,
+ * and the heap_index of each tenant entry in it.
+ */
+typedef struct FsFairQueue
+{
+	LWLock	   *lock;
+	FsQueue    *queue;			/* set when first used */
+	float8		vtime;			/* virtual time: start tag of the last claim */
+	float8		max_finish;		/* largest finish tag given out: V moves
+								 * there when the queue goes idle */
+	float8		avg_cost;		/* moving average of a claimed row's cost */
+	float8		avg_runtime_ms; /* moving average of a lease's held time */
+	uint64		resync_gen;		/* moves on when a recount takes its snapshot */
+	uint64		forget_gen;		/* moves on when fs_fair_forget() zeroes it */
+	bool		synced;			/* counted from the table in this run */
+	bool		resyncing;		/* a recount is running: entries it pinned
+								 * stay in the heap even with no rows */
+	int32		resync_pid;		/* with resyncing: the backend recounting */
+	uint64		resync_owner_gen;	/* with resyncing: which of its recounts */
+	pg_atomic_uint32 commit_gate;	/* fs_fair_gate_enter(): committers inside,
+									 * and whether a recount closed it */
+	pg_atomic_uint64 latency_sampled_at;	/* when a claim last measured the
+											 * oldest ready row's age */
+	uint32		limits_generation;	/* of the min_slots cached in the heap */
+	int32		nitems;
+	int32		nchunks;		/* chunks holding items 0 .. nitems - 1 */
+	int32		heap_root;		/* the chunk (heap_depth 0) or the directory
+								 * node at the top; -1 with no chunk */
+	int32		heap_depth;		/* directory levels above the chunks */
+	int32		nfloor;			/* heap entries with min_slots > 0 */
+	int64		rows_without_tenant;	/* ready rows whose tenant is NULL or
+										 * not a valid name: never claimed */
+	int64		untracked_rows; /* ready rows of tenants shared memory had no
+								 * room for: claimed without fair order */
+	TimestampTz last_resync_at;
+	FsFairCounters counters;
+} FsFairQueue;
+
+typedef struct FsFairShared
+{
+	pg_atomic_uint32 registration_generation;	/* bumped when fs_fair_queues
+												 * commits a change */
+	slock_t		pool_mutex;		/* the two pools' free lists and counts */
+	int32		chunk_free;		/* first free chunk, -1 if none */
+	int32		node_free;		/* first free directory node, -1 if none */
+	int32		chunks_unused;	/* chunks on the free list */
+	int32		nodes_unused;	/* directory nodes on the free list */
+	int32		pool_chunks;	/* chunks in all (fs_heap_pool_chunks()) */
+	int32		pool_nodes;		/* directory nodes in all */
+	int32	   *chunk_next;		/* the chunks' free list: next free chunk */
+	FsHeapItem *chunks;			/* pool_chunks * FS_HEAP_CHUNK items */
+	FsHeapDirNode *nodes;		/* pool_nodes directory nodes */
+	LWLockPadded *claim_locks;
+	FsFairQueue queues[FLEXIBLE_ARRAY_MEMBER];
+} FsFairShared;
+
+extern FsFairShared *fs_fair;
+
+/*
+ * A claimed row's identity in the claim map: its key (the registered key
+ * expression) as the bytes of the value when they fit, else a 128-bit hash.
+ */
+typedef struct FsClaimKey
+{
+	uint32		queue_id;
+	uint16		len;
+	uint8		hashed;
+	uint8		pad;
+	uint8		bytes[FS_KEY_INLINE];
+} FsClaimKey;
+
+typedef struct FsClaimEntry
+{
+	FsClaimKey	key;			/* hash key: must be first */
+	int64		lease_id;
+	float8		est_cost;		/* charged at claim; corrected at release */
+	char		tenant[FS_NAME_BUFLEN];
+	dlist_node	scan_link;		/* in its partition's list (scanlist.h) */
+} FsClaimEntry;
+
+/*
+ * The text of a query fairshare built from a registration, and which piece
+ * of the registration (tenant, order_by, filter, key, ...) each part of it
+ * came from, by byte offsets: an error at a position in it is reported by
+ * piece and queue, without the query (fs_fair_query_error()).
+ */
+#define FS_QUERY_MAX_SPANS		16
+
+typedef struct FsQuerySpan
+{
+	int			start;
+	int			end;
+	const char *piece;			/* a static string */
+} FsQuerySpan;
+
+typedef struct FsQueryText
+{
+	char	   *sql;
+	int			nspans;
+	FsQuerySpan spans[FS_QUERY_MAX_SPANS];
+} FsQueryText;
+
+/*
+ * A registration as a backend uses it (fs_fair_queues row, compiled).  The
+ * SQL texts are the canonical forms stored at registration: every name
+ * outside pg_catalog qualified, to be parsed with search_path pg_catalog.
+ */
+typedef struct FsFairDesc
+{
+	char		queue_name[FS_NAME_BUFLEN];	/* hash key: must be first */
+	bool		valid;
+	uint32		generation;		/* registration generation it was loaded at */
+	MemoryContext cxt;
+	Oid			ready_relid;
+	Oid			running_relid;	/* InvalidOid: no automatic release */
+	Oid			row_type;		/* of the ready table */
+	char	   *ready_name;		/* quoted, qualified */
+	char	   *ready_schema;	/* quoted */
+	char	   *tenant;
+	char	   *order_by;
+	char	   *ready_filter;	/* NULL: every row */
+	char	   *claim_filter;	/* NULL: none */
+	char	   *key;
+	char	   *cost;			/* NULL: 1 per row */
+	char	   *enqueued_at;	/* timestamptz; NULL: latency not measured */
+	bool		charge_runtime;
+	Oid			key_type;
+	int16		key_len;
+	bool		key_byval;
+	FsQueue    *queue;			/* NULL: the queue table is full */
+	FsFairQueue *fq;
+	SPIPlanPtr	claim_plan;
+	SPIPlanPtr	fifo_plan;
+	SPIPlanPtr	count_plan;
+	SPIPlanPtr	latency_plan;	/* min(enqueued_at) of the ready rows */
+	FsQueryText claim_q;		/* the texts of the four plans */
+	FsQueryText fifo_q;
+	FsQueryText count_q;
+	FsQueryText latency_q;
+} FsFairDesc;
+
+/* One registration as the triggers of one relation see it. */
+typedef struct FsRelRole
+{
+	char		queue_name[FS_NAME_BUFLEN];
+	FsQueue    *queue;
+	bool		charge_runtime;
+	Oid			key_type;
+	int16		key_len;
+	bool		key_byval;
+	ExprState  *tenant;			/* ready side: text */
+	ExprState  *filter;			/* bool, or NULL */
+	ExprState  *cost;			/* float8, or NULL */
+	ExprState  *key;
+	ExprState  *running_filter; /* running side: bool, or NULL */
+	ExprState  *running_key;
+	Oid			run_as_owner;	/* evaluate as this role, or InvalidOid */
+} FsRelRole;
+
+typedef struct FsRelTriggers
+{
+	Oid			relid;			/* hash key: must be first */
+	bool		valid;
+	uint32		generation;
+	MemoryContext cxt;
+	ExprContext *econtext;
+	int			nready;
+	FsRelRole  *ready;
+	int			nrunning;
+	FsRelRole  *running;
+} FsRelTriggers;
+
+/*
+ * A change to one tenant's fair-dequeue state, applied by fs_fair_change().
+ * `rows` ready rows are added if the queue was not recounted since
+ * `resync_gen` (the count does not have them yet), `rows_recounted` if it
+ * was; callers that do not care pass the same number for both.
+ */
+typedef struct FsTenantChange
+{
+	int64		rows;
+	int64		rows_recounted;
+	uint64		resync_gen;
+	float8		served;			/* served work to add */
+	float8		cost;			/* cost units to add to the tag (divided by
+								 * the weight here) */
+	float8		tag;			/* tag change already divided by the weight */
+	float8		claimed_cost;	/* cost of rows served without fs_claim():
+								 * charged as a claim would be */
+	bool		restore_vtime;	/* put V back to vtime_before if it is still
+								 * vtime_after */
+	float8		vtime_before;
+	float8		vtime_after;
+	bool		dry;			/* the tenant had fewer rows than counted */
+	TimestampTz now;
+} FsTenantChange;
+
+/* fairqueue.c */
+extern FsFairQueue *fs_fair_queue(FsQueue *queue);
+extern void fs_change_init(FsTenantChange *c, TimestampTz now);
+extern void fs_fair_change(FsQueue *queue, const char *tenant, bool create,
+						   const FsTenantChange *c);
+extern float8 fs_fair_clamp_cost(float8 cost, bool isnull);
+extern void fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows,
+								  float8 charge, int32 leaves, TimestampTz now);
+extern void fs_fair_note_runtime(FsQueue *queue, float8 held_ms);
+extern void fs_fair_forget(FsQueue *queue);
+extern void fs_fair_add_without_tenant(FsQueue *queue, int64 rows, int64 untracked);
+extern int64 fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants);
+extern void fs_fair_gate_enter(FsQueue *queue);
+extern void fs_fair_gate_leave(FsQueue *queue);
+
+/* fairqueue_register.c */
+extern FsFairDesc *fs_fair_desc(const char *queue_name, bool missing_ok);
+extern FsRelTriggers *fs_fair_rel_triggers(Relation rel);
+extern List *fs_fair_registered_queues(void);
+extern void fs_fair_check_owner(Oid relid, const char *queue_name);
+extern void fs_fair_check_schema_usage(FsFairDesc *desc, const char *function);
+extern void fs_fair_query_error(MemoryContext cxt, const FsFairDesc *desc,
+								const FsQueryText *q, const char *what) pg_attribute_noreturn();
+extern void fs_fair_register_init(void);
+extern void fs_fair_invalidate_all(void);
+
+/* fairqueue_track.c */
+extern void fs_track_init(void);
+extern void fs_track_claims_reserve(int n);
+extern void fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows,
+						   float8 charge, float8 served, uint64 resync_gen,
+						   float8 vtime_before, float8 vtime_after);
+extern bool fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key,
+								 bool key_isnull, int64 lease_id, float8 est_cost,
+								 bool reserved, uint64 resync_gen);
+extern ArrayType *fs_track_held_keys(FsFairDesc *desc);
+extern void fs_track_registration_changed(const char *queue_name, bool unregistered);
+extern void fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value,
+							  Oid type, int16 typlen, bool typbyval);
+extern Size fs_claim_map_shmem_size(void);
+extern void fs_claim_map_shmem_init(void);
+extern int	fs_claim_map_sweep(void);
+extern uint64 fs_claim_map_save(StringInfo buf, uint32 nqueues);
+extern void fs_claim_map_restore(const FsClaimEntry *entries, uint64 count,
+								 FsQueue **queues, uint64 nqueues, int64 next_lease_id);
+extern long fs_claim_map_count(uint32 queue_id);
+
+#endif							/* FAIRSHARE_FAIRQUEUE_INT_H */

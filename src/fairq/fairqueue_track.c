@@ -1,0 +1,1777 @@
+/*-------------------------------------------------------------------------
+ *
+ * fairqueue_track.c
+ *	  Fair dequeue's triggers and transactions: backlog counts applied at
+ *	  commit, what a claim undoes at rollback, and the claim map through
+ *	  which a row leaving the running table releases its lease.
+ *
+ * The ready-row trigger (AFTER INSERT OR DELETE OR UPDATE, FOR EACH ROW)
+ * evaluates each registration's filter and tenant on the row and adds +1 or
+ * -1 to a backend-local count per (queue, tenant, subtransaction).  Nothing
+ * reaches shared memory before the transaction commits (after its rows are
+ * visible), and a rolled-back (sub)transaction's counts are dropped: a row
+ * inserted in a transaction that rolls back never counts.
+ *
+ * fs_claim() has already taken its rows off the count (a reservation); when
+ * such a row leaves the ready state in the same transaction the trigger
+ * recognises its key and does not take it off again.  At commit, a claimed
+ * row that did not leave the ready state is given back (its reservation and
+ * its lease: nobody runs it).  At rollback a claim gives back everything:
+ * rows, leases (slots.c), tag advance, served work.  A row that leaves the
+ * ready state without fs_claim() (an application's own claim) is taken off
+ * and charged to its tenant's tag at commit, as a claim would be.
+ *
+ * The claim map (shared, partitioned) maps a claimed row's key to its lease.
+ * The running-row trigger (AFTER DELETE OR UPDATE on the running table)
+ * finds the lease of a row that stops running and releases it with
+ * fs_release_slot() semantics: at commit, undone by rollback.  With
+ * charge_runtime the held time is charged to the tenant's tag at commit.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "budget/budget.h"
+#include "fairq/fairqueue_int.h"
+#include "slots/slots.h"
+
+PG_FUNCTION_INFO_V1(fs_fair_ready_trigger);
+PG_FUNCTION_INFO_V1(fs_fair_running_trigger);
+PG_FUNCTION_INFO_V1(fs_fair_truncate_trigger);
+
+/* ----------------------------------------------------------------
+ * The claim map (shared)
+ * ----------------------------------------------------------------
+ */
+
+static HTAB *fs_claim_hash = NULL;
+static FsScanTable fs_claim_scan;	/* its partition lists (scanlist.h) */
+
+Size
+fs_claim_map_shmem_size(void)
+{
+	return add_size(hash_estimate_size(fs_max_leases, sizeof(FsClaimEntry)),
+					fs_scan_lists_size(FS_CLAIM_PARTITIONS));
+}
+
+void
+fs_claim_map_shmem_init(void)
+{
+	HASHCTL		info;
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(FsClaimKey);
+	info.entrysize = sizeof(FsClaimEntry);
+	info.num_partitions = FS_CLAIM_PARTITIONS;
+	fs_claim_hash = ShmemInitHash("fairshare claims", fs_max_leases, fs_max_leases, &info,
+								  HASH_ELEM | HASH_BLOBS | HASH_PARTITION | HASH_FIXED_SIZE);
+	fs_claim_scan.lists = fs_scan_lists_init("fairshare claim lists", FS_CLAIM_PARTITIONS);
+	fs_claim_scan.locks = fs_fair->claim_locks;
+	fs_claim_scan.nparts = FS_CLAIM_PARTITIONS;
+	fs_claim_scan.link_offset = offsetof(FsClaimEntry, scan_link);
+}
+
+static inline LWLock *
+fs_claim_lock(uint32 hashvalue)
+{
+	return &fs_fair->claim_locks[hashvalue % FS_CLAIM_PARTITIONS].lock;
+}
+
+/*
+ * Remove an entry from the claim map (and from its partition's list).
+ * Caller holds the entry's partition lock EXCLUSIVE.
+ */
+static void
+fs_claim_map_delete(FsClaimEntry *entry)
+{
+	FsClaimKey	key = entry->key;
+
+	fs_scan_list_remove(&entry->scan_link);
+	hash_search(fs_claim_hash, &key, HASH_REMOVE, NULL);
+}
+
+/*
+ * A row key's identity: integers as int64, uuids and short text as their
+ * bytes, longer text as a 128-bit hash of its bytes.
+ */
+void
+fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value, Oid type, int16 typlen,
+				  bool typbyval)
+{
+	const char *data;
+	Size		len;
+
+	memset(key, 0, sizeof(*key));
+	key->queue_id = queue_id;
+	if (typbyval)
+	{
+		int64		v = type == INT2OID ? DatumGetInt16(value) :
+			type == INT4OID ? DatumGetInt32(value) : DatumGetInt64(value);
+
+		key->len = sizeof(v);
+		memcpy(key->bytes, &v, sizeof(v));
+		return;
+	}
+	if (typlen > 0)
+	{
+		data = DatumGetPointer(value);
+		len = typlen;
+	}
+	else
+	{
+		text	   *t = DatumGetTextPP(value);
+
+		data = VARDATA_ANY(t);
+		len = VARSIZE_ANY_EXHDR(t);
+	}
+	key->len = (uint16) Min(len, PG_UINT16_MAX);
+	if (len <= FS_KEY_INLINE)
+		memcpy(key->bytes, data, len);
+	else
+	{
+		uint64		h1 = hash_bytes_extended((const unsigned char *) data, (int) len, 0x66616972);
+		uint64		h2 = hash_bytes_extended((const unsigned char *) data, (int) len, 0x73686172);
+
+		key->hashed = 1;
+		memcpy(key->bytes, &h1, sizeof(h1));
+		memcpy(key->bytes + sizeof(h1), &h2, sizeof(h2));
+	}
+}
+
+static bool
+fs_claim_map_insert(const FsClaimKey *key, int64 lease_id, float8 est_cost, const char *tenant)
+{
+	uint32		hashvalue = get_hash_value(fs_claim_hash, key);
+	LWLock	   *lock = fs_claim_lock(hashvalue);
+	FsClaimEntry *entry;
+	bool		found;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_ENTER_NULL, &found);
+	if (entry != NULL)
+	{
+		if (!found)
+			fs_scan_list_add(&fs_claim_scan, hashvalue % FS_CLAIM_PARTITIONS, &entry->scan_link);
+		entry->lease_id = lease_id;
+		entry->est_cost = est_cost;
+		strlcpy(entry->tenant, tenant, FS_NAME_BUFLEN);
+	}
+	LWLockRelease(lock);
+	return entry != NULL;
+}
+
+static bool
+fs_claim_map_find(const FsClaimKey *key, FsClaimEntry *copy)
+{
+	uint32		hashvalue = get_hash_value(fs_claim_hash, key);
+	LWLock	   *lock = fs_claim_lock(hashvalue);
+	FsClaimEntry *entry;
+
+	LWLockAcquire(lock, LW_SHARED);
+	entry = hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_FIND, NULL);
+	if (entry != NULL)
+		*copy = *entry;
+	LWLockRelease(lock);
+	return entry != NULL;
+}
+
+/* Remove the entry of `key` if it still maps to `lease_id`. */
+static void
+fs_claim_map_remove(const FsClaimKey *key, int64 lease_id)
+{
+	uint32		hashvalue = get_hash_value(fs_claim_hash, key);
+	LWLock	   *lock = fs_claim_lock(hashvalue);
+	FsClaimEntry *entry;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_FIND, NULL);
+	if (entry != NULL && entry->lease_id == lease_id)
+	{
+		fs_scan_list_remove(&entry->scan_link);
+		hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_REMOVE, NULL);
+	}
+	LWLockRelease(lock);
+}
+
+/*
+ * Visit every entry of the claim map a batch at a time (fs_scan_table():
+ * one partition lock held for one batch).  An entry that exists throughout
+ * is visited once; one added or removed meanwhile may or may not be.  The
+ * visitor may remove the entry it is given (fs_claim_map_delete()).
+ */
+static void
+fs_claim_map_scan(fs_scan_visitor visitor, void *arg)
+{
+	fs_scan_table(&fs_claim_scan, visitor, arg);
+}
+
+/* A scan's copies of the entries of one queue (or of the first queues). */
+typedef struct FsClaimCopies
+{
+	uint32		queue_id;		/* this queue's entries ... */
+	uint32		below;			/* ... or, if nonzero, those of queues below it */
+	FsClaimEntry *entries;		/* room for fairshare.max_leases */
+	uint64		count;
+} FsClaimCopies;
+
+static void
+fs_claim_copy_visit(void *hash_entry, void *arg)
+{
+	FsClaimEntry *entry = (FsClaimEntry *) hash_entry;
+	FsClaimCopies *copies = (FsClaimCopies *) arg;
+	bool		wanted = copies->below != 0 ? entry->key.queue_id < copies->below :
+		entry->key.queue_id == copies->queue_id;
+
+	if (wanted && copies->count < (uint64) fs_max_leases)
+	{
+		FsClaimEntry *copy = &copies->entries[copies->count++];
+
+		*copy = *entry;
+		/* Not the list's business: saved in the state file. */
+		memset(&copy->scan_link, 0, sizeof(copy->scan_link));
+	}
+}
+
+/* Copies of the entries of one queue (allocated before the scan). */
+static FsClaimEntry *
+fs_claim_map_collect(uint32 queue_id, int *count)
+{
+	FsClaimCopies copies;
+
+	copies.queue_id = queue_id;
+	copies.below = 0;
+	copies.entries = palloc_extended(sizeof(FsClaimEntry) * fs_max_leases, MCXT_ALLOC_HUGE);
+	copies.count = 0;
+	fs_claim_map_scan(fs_claim_copy_visit, &copies);
+	*count = (int) copies.count;
+	return copies.entries;
+}
+
+static void
+fs_claim_remove_visit(void *hash_entry, void *arg)
+{
+	FsClaimEntry *entry = (FsClaimEntry *) hash_entry;
+
+	if (entry->key.queue_id == *(uint32 *) arg)
+		fs_claim_map_delete(entry);
+}
+
+static void
+fs_claim_map_remove_queue(uint32 queue_id)
+{
+	fs_claim_map_scan(fs_claim_remove_visit, &queue_id);
+}
+
+/* A scan's count of one queue's entries. */
+typedef struct FsClaimCount
+{
+	uint32		queue_id;
+	long		count;
+} FsClaimCount;
+
+static void
+fs_claim_count_visit(void *hash_entry, void *arg)
+{
+	FsClaimCount *c = (FsClaimCount *) arg;
+
+	if (((FsClaimEntry *) hash_entry)->key.queue_id == c->queue_id)
+		c->count++;
+}
+
+long
+fs_claim_map_count(uint32 queue_id)
+{
+	FsClaimCount c = {queue_id, 0};
+
+	fs_claim_map_scan(fs_claim_count_visit, &c);
+	return c.count;
+}
+
+typedef struct FsLiveLeases
+{
+	int64	   *ids;
+	int			count;
+	int			capacity;
+} FsLiveLeases;
+
+static void
+fs_collect_live_lease(const FsLeaseInfo *lease, void *arg)
+{
+	FsLiveLeases *live = (FsLiveLeases *) arg;
+
+	if (live->count < live->capacity)
+		live->ids[live->count++] = lease->lease_id;
+}
+
+static int
+fs_int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Leases that the previous sweep of this process found missing, sorted.
+ * A claim takes its lease id, inserts the lease, then maps the row; a sweep
+ * that lists the leases between the first two steps does not see a lease
+ * that is about to exist.  So an entry is forgotten only when two sweeps in
+ * a row found its lease missing: the next listing sees every lease that was
+ * on its way.
+ */
+static int64 *sweep_suspects = NULL;
+static int	sweep_nsuspects = 0;
+
+/* A claim-map sweep's state while it scans the map. */
+typedef struct FsClaimSweep
+{
+	int64		first_new;		/* leases numbered from here on are kept */
+	FsLiveLeases *live;			/* the leases listed, sorted */
+	int64	   *suspects;		/* missing this time (room for max_leases) */
+	int			nsuspects;
+	int			removed;
+} FsClaimSweep;
+
+/* fs_claim_map_scan() visitor of a sweep. */
+static void
+fs_claim_sweep_visit(void *hash_entry, void *arg)
+{
+	FsClaimEntry *entry = (FsClaimEntry *) hash_entry;
+	FsClaimSweep *sweep = (FsClaimSweep *) arg;
+
+	if (entry->lease_id >= sweep->first_new ||
+		bsearch(&entry->lease_id, sweep->live->ids, sweep->live->count, sizeof(int64),
+				fs_int64_cmp) != NULL)
+		return;
+	if (sweep_suspects != NULL &&
+		bsearch(&entry->lease_id, sweep_suspects, sweep_nsuspects, sizeof(int64),
+				fs_int64_cmp) != NULL)
+	{
+		fs_claim_map_delete(entry);
+		sweep->removed++;
+	}
+	else if (sweep->nsuspects < fs_max_leases)
+		sweep->suspects[sweep->nsuspects++] = entry->lease_id;
+}
+
+/*
+ * Forget claim-map entries whose leases are gone (released without the row
+ * leaving the running table, or expired): missing from two listings in a
+ * row (see sweep_suspects).  Returns how many.
+ */
+int
+fs_claim_map_sweep(void)
+{
+	FsLiveLeases live;
+	FsClaimSweep sweep;
+	int			removed = 0;
+	int64		first_new;
+	int64	   *suspects;
+	int			nsuspects = 0;
+
+	/*
+	 * Allocated before the visitor runs under the lease locks: the lease
+	 * table never holds more than fairshare.max_leases, and the claim map
+	 * has room for as many entries.
+	 */
+	live.capacity = fs_max_leases;
+	live.count = 0;
+	suspects = MemoryContextAllocExtended(TopMemoryContext,
+										  sizeof(int64) * Max(fs_max_leases, 1),
+										  MCXT_ALLOC_HUGE);
+
+	/*
+	 * A claim may take its lease after the leases are listed and map it
+	 * before the map is locked: leases numbered from here on are kept.
+	 */
+	first_new = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
+	live.ids = palloc_extended(sizeof(int64) * Max(live.capacity, 1), MCXT_ALLOC_HUGE);
+	fs_lease_foreach(fs_collect_live_lease, &live);
+	qsort(live.ids, live.count, sizeof(int64), fs_int64_cmp);
+
+	sweep.first_new = first_new;
+	sweep.live = &live;
+	sweep.suspects = suspects;
+	sweep.nsuspects = 0;
+	sweep.removed = 0;
+	fs_claim_map_scan(fs_claim_sweep_visit, &sweep);
+	removed = sweep.removed;
+	nsuspects = sweep.nsuspects;
+	pfree(live.ids);
+
+	qsort(suspects, nsuspects, sizeof(int64), fs_int64_cmp);
+	if (sweep_suspects != NULL)
+		pfree(sweep_suspects);
+	sweep_suspects = suspects;
+	sweep_nsuspects = nsuspects;
+	return removed;
+}
+
+uint64
+fs_claim_map_save(StringInfo buf, uint32 nqueues)
+{
+	FsClaimCopies copies;
+
+	/* appendBinaryStringInfo may error: copy out first. */
+	copies.queue_id = 0;
+	copies.below = nqueues;
+	copies.entries = palloc_extended(sizeof(FsClaimEntry) * fs_max_leases, MCXT_ALLOC_HUGE);
+	copies.count = 0;
+	if (nqueues > 0)
+		fs_claim_map_scan(fs_claim_copy_visit, &copies);
+	appendBinaryStringInfo(buf, (char *) copies.entries, copies.count * sizeof(FsClaimEntry));
+	pfree(copies.entries);
+	return copies.count;
+}
+
+/* In the postmaster, before any backend exists (no locks). */
+void
+fs_claim_map_restore(const FsClaimEntry *entries, uint64 count, FsQueue **queues,
+					 uint64 nqueues, int64 next_lease_id)
+{
+	uint64		i;
+
+	for (i = 0; i < count; i++)
+	{
+		FsClaimEntry rec;
+		FsClaimEntry *entry;
+		bool		found;
+		uint32		hashvalue;
+
+		memcpy(&rec, &entries[i], sizeof(rec));
+		if (rec.key.queue_id >= nqueues || queues[rec.key.queue_id] == NULL)
+			continue;
+		/* Values as fs_claim_key_make() and a claim make them, or nothing. */
+		if (rec.lease_id <= 0 || rec.lease_id >= next_lease_id || rec.key.hashed > 1 ||
+			rec.key.pad != 0 || (!rec.key.hashed && rec.key.len > FS_KEY_INLINE))
+			continue;
+		rec.est_cost = fs_fair_clamp_cost(rec.est_cost, false);
+		rec.key.queue_id = queues[rec.key.queue_id]->queue_id;
+		rec.tenant[FS_NAME_MAXLEN] = '\0';
+		memset(&rec.scan_link, 0, sizeof(rec.scan_link));
+		hashvalue = get_hash_value(fs_claim_hash, &rec.key);
+		entry = hash_search_with_hash_value(fs_claim_hash, &rec.key, hashvalue, HASH_ENTER_NULL,
+											&found);
+		if (entry != NULL && !found)
+		{
+			*entry = rec;
+			fs_scan_list_add(&fs_claim_scan, hashvalue % FS_CLAIM_PARTITIONS, &entry->scan_link);
+		}
+	}
+}
+
+/* ----------------------------------------------------------------
+ * What this transaction did (backend-local)
+ * ----------------------------------------------------------------
+ */
+
+typedef struct FsDeltaKey
+{
+	uint32		queue_id;
+	SubTransactionId subid;
+	char		tenant[FS_NAME_BUFLEN];	/* "": rows without a valid tenant */
+} FsDeltaKey;
+
+typedef struct FsDelta
+{
+	FsDeltaKey	key;
+	FsQueue    *queue;
+	int64		rows;
+	int32		leaves;			/* rows that left without fs_claim() */
+	float8		charge;			/* their cost */
+} FsDelta;
+
+/* One tenant of one fs_claim() round, for rollback. */
+typedef struct FsClaimRec
+{
+	FsQueue    *queue;
+	SubTransactionId subid;
+	char		tenant[FS_NAME_BUFLEN];
+	int32		rows;
+	float8		charge;
+	float8		served;
+	uint64		resync_gen;
+	float8		vtime_before;
+	float8		vtime_after;
+} FsClaimRec;
+
+/*
+ * A claimed row's identity in this transaction: its claim-map key and the
+ * type of the value it was made from.  A queue registered again in the
+ * same transaction may have keys of another type, whose bytes must never
+ * be taken for the same row (nor interpreted as the new type).
+ */
+typedef struct FsXactKey
+{
+	FsClaimKey	claim;
+	Oid			type;
+} FsXactKey;
+
+/* A row claimed in this transaction. */
+typedef struct FsClaimedRow
+{
+	FsXactKey	key;			/* hash key: must be first */
+	FsQueue    *queue;
+	SubTransactionId subid;
+	SubTransactionId left_subid;	/* left the ready state, or 0 */
+	bool		reserved;		/* taken off the count by the claim */
+	bool		mapped;			/* in the claim map */
+	int64		lease_id;
+	uint64		resync_gen;
+	Datum		value;			/* the key (copied), of type key.type */
+	uint32		key_expr;		/* hash of the key expression it came from */
+	char		tenant[FS_NAME_BUFLEN];
+} FsClaimedRow;
+
+/* Which key expression a claimed row's key came from (see FsClaimedRow). */
+static uint32
+fs_key_expr_hash(FsFairDesc *desc)
+{
+	return hash_bytes((const unsigned char *) desc->key, (int) strlen(desc->key));
+}
+
+/* A lease released by the running-row trigger. */
+typedef struct FsRelease
+{
+	FsQueue    *queue;
+	SubTransactionId subid;
+	FsClaimKey	key;
+	int64		lease_id;
+	int64		held_usecs;
+	float8		est_cost;
+	bool		released;
+	bool		charge_runtime;
+	char		tenant[FS_NAME_BUFLEN];
+} FsRelease;
+
+typedef struct FsQueueEvent
+{
+	char		queue_name[FS_NAME_BUFLEN];	/* "" = registrations in general */
+	SubTransactionId subid;
+	uint8		kind;
+	FsQueue    *queue;			/* looked up before commit, or NULL */
+} FsQueueEvent;
+
+#define FS_EVENT_REGISTERED		1
+#define FS_EVENT_UNREGISTERED	2
+#define FS_EVENT_TRUNCATED		3
+
+/*
+ * Queues whose commit gate this transaction entered (fairqueue.c): room for
+ * every queue the server can have, allocated once, before the first gate
+ * is entered.
+ */
+static FsQueue **gated = NULL;
+static int	ngated = 0;
+static bool gate_exit_registered = false;
+
+/*
+ * The two hash tables outlive transactions (emptied at each end, rebuilt
+ * only after an unusually large one): making them anew for every enqueue
+ * was a good part of the triggers' cost.  Everything else lives in
+ * xact_cxt, reset at each end.
+ */
+#define FS_XACT_TABLE_KEEP	256
+
+static MemoryContext tables_cxt = NULL;
+static MemoryContext xact_cxt = NULL;
+
+/*
+ * Tenants whose rows left through the application's own claim, made ready
+ * before commit (where allocating may still fail) and applied at commit in
+ * fair order (see fs_apply_own_claims()).
+ */
+typedef struct FsOwnClaim
+{
+	FsDelta    *delta;
+	float8		tag;			/* the tenant's finish tag, read at commit */
+} FsOwnClaim;
+
+static FsOwnClaim *own_claims = NULL;
+static int	n_own_claims = 0;
+static HTAB *xact_deltas = NULL;
+static HTAB *xact_claimed = NULL;
+/*
+ * The claims of this transaction, oldest first, in an array whose room is
+ * reserved before a claim changes shared state (fs_track_claims_reserve()):
+ * recording a claim then cannot fail, so a rollback always knows what to
+ * undo.
+ */
+static FsClaimRec *xact_claims = NULL;
+static int	nxact_claims = 0;
+static int	xact_claims_capacity = 0;
+static List *xact_releases = NIL;	/* FsRelease */
+static List *xact_events = NIL;		/* FsQueueEvent */
+static bool xact_active = false;
+
+static HTAB *
+fs_xact_table(const char *name, Size keysize, Size entrysize)
+{
+	HASHCTL		info;
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = keysize;
+	info.entrysize = entrysize;
+	info.hcxt = tables_cxt;
+	return hash_create(name, 16, &info, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+static void
+fs_xact_begin(void)
+{
+	if (xact_active)
+		return;
+	if (xact_cxt == NULL)
+	{
+		tables_cxt = AllocSetContextCreate(TopMemoryContext, "fairshare fair dequeue tables",
+										   ALLOCSET_SMALL_SIZES);
+		xact_cxt = AllocSetContextCreate(TopMemoryContext, "fairshare fair dequeue transaction",
+										 ALLOCSET_DEFAULT_SIZES);
+	}
+	if (xact_deltas == NULL)
+		xact_deltas = fs_xact_table("fairshare backlog deltas", sizeof(FsDeltaKey),
+									sizeof(FsDelta));
+	if (xact_claimed == NULL)
+		xact_claimed = fs_xact_table("fairshare claimed rows", sizeof(FsXactKey),
+									 sizeof(FsClaimedRow));
+	xact_claims = NULL;
+	nxact_claims = 0;
+	xact_claims_capacity = 0;
+	xact_releases = NIL;
+	xact_events = NIL;
+	xact_active = true;
+}
+
+/* Empty a table for the next transaction (or drop it if it grew large). */
+static void
+fs_xact_table_clear(HTAB **table)
+{
+	HASH_SEQ_STATUS seq;
+	void	   *entry;
+
+	if (*table == NULL || hash_get_num_entries(*table) == 0)
+		return;
+	if (hash_get_num_entries(*table) > FS_XACT_TABLE_KEEP)
+	{
+		hash_destroy(*table);
+		*table = NULL;
+		return;
+	}
+	hash_seq_init(&seq, *table);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		hash_search(*table, entry, HASH_REMOVE, NULL);
+}
+
+static void
+fs_xact_reset(void)
+{
+	fs_xact_table_clear(&xact_deltas);
+	fs_xact_table_clear(&xact_claimed);
+	xact_claims = NULL;
+	nxact_claims = 0;
+	xact_claims_capacity = 0;
+	xact_releases = NIL;
+	xact_events = NIL;
+	xact_active = false;
+	MemoryContextReset(xact_cxt);
+	own_claims = NULL;
+	n_own_claims = 0;
+}
+
+static void
+fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves, float8 charge)
+{
+	FsDeltaKey	key;
+	FsDelta    *delta;
+	bool		found;
+
+	fs_xact_begin();
+	memset(&key, 0, sizeof(key));
+	key.queue_id = queue->queue_id;
+	key.subid = GetCurrentSubTransactionId();
+	strlcpy(key.tenant, tenant, FS_NAME_BUFLEN);
+	FS_FAULT_POINT("trigger_delta");
+	delta = hash_search(xact_deltas, &key, HASH_ENTER, &found);
+	if (!found)
+	{
+		delta->queue = queue;
+		delta->rows = 0;
+		delta->leaves = 0;
+		delta->charge = 0;
+	}
+	delta->rows += rows;
+	delta->leaves += leaves;
+	delta->charge += charge;
+}
+
+/*
+ * Make room for `n` more claim records, before a claim changes shared state
+ * (the room lasts until the transaction ends).
+ */
+void
+fs_track_claims_reserve(int n)
+{
+	int			need;
+
+	fs_xact_begin();
+	need = nxact_claims + n;
+	if (need <= xact_claims_capacity)
+		return;
+	need = Max(need, Max(2 * xact_claims_capacity, 16));
+	FS_FAULT_POINT("claim_record");
+	if (xact_claims == NULL)
+		xact_claims = MemoryContextAlloc(xact_cxt, sizeof(FsClaimRec) * need);
+	else
+		xact_claims = repalloc(xact_claims, sizeof(FsClaimRec) * need);
+	xact_claims_capacity = need;
+}
+
+/*
+ * Record a claim's change of `tenant` (rows reserved or given back, tag
+ * advance, served work) for the rollback to undo.  Does not allocate when
+ * the caller reserved room (fs_track_claims_reserve()) before it changed
+ * shared state, as fs_claim() does.
+ */
+void
+fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows, float8 charge, float8 served,
+			   uint64 resync_gen, float8 vtime_before, float8 vtime_after)
+{
+	FsClaimRec *rec;
+
+	fs_track_claims_reserve(1);
+	rec = &xact_claims[nxact_claims++];
+	rec->queue = desc->queue;
+	rec->subid = GetCurrentSubTransactionId();
+	strlcpy(rec->tenant, tenant, FS_NAME_BUFLEN);
+	rec->rows = rows;
+	rec->charge = charge;
+	rec->served = served;
+	rec->resync_gen = resync_gen;
+	rec->vtime_before = vtime_before;
+	rec->vtime_after = vtime_after;
+}
+
+/*
+ * A row fs_claim() returned: remember it (to recognise it leaving the ready
+ * state) and map its key to its lease (to release it when it stops
+ * running).  Returns false for a row without a key: such a row cannot be
+ * recognised, so the caller gives its reservation back at once.  The key
+ * is of desc->key_type: the caller checked the query's result column.
+ */
+bool
+fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_isnull,
+					 int64 lease_id, float8 est_cost, bool reserved, uint64 resync_gen)
+{
+	FsXactKey	xkey;
+	FsClaimedRow *row;
+	bool		found;
+	MemoryContext old;
+
+	if (key_isnull)
+		return false;
+	fs_xact_begin();
+	memset(&xkey, 0, sizeof(xkey));
+	fs_claim_key_make(&xkey.claim, desc->queue->queue_id, key, desc->key_type, desc->key_len,
+					  desc->key_byval);
+	xkey.type = desc->key_type;
+	old = MemoryContextSwitchTo(xact_cxt);
+	FS_FAULT_POINT("claim_track_row");
+	row = hash_search(xact_claimed, &xkey, HASH_ENTER, &found);
+	row->queue = desc->queue;
+	row->subid = GetCurrentSubTransactionId();
+	row->left_subid = 0;
+	row->reserved = reserved;
+	row->mapped = false;
+	row->lease_id = lease_id;
+	row->resync_gen = resync_gen;
+	row->value = datumCopy(key, desc->key_byval, desc->key_len);
+	row->key_expr = fs_key_expr_hash(desc);
+	strlcpy(row->tenant, tenant, FS_NAME_BUFLEN);
+	if (OidIsValid(desc->running_relid))
+	{
+		row->mapped = fs_claim_map_insert(&xkey.claim, lease_id, est_cost, tenant);
+		if (!row->mapped)
+		{
+			LWLockAcquire(desc->fq->lock, LW_EXCLUSIVE);
+			desc->fq->counters.unmapped++;
+			LWLockRelease(desc->fq->lock);
+		}
+	}
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/*
+ * Keys of the rows of `queue` this transaction claimed and still holds (did
+ * not take out of the ready state), as an array for the claim query, or
+ * NULL when there are none.
+ */
+ArrayType *
+fs_track_held_keys(FsFairDesc *desc)
+{
+	HASH_SEQ_STATUS seq;
+	FsClaimedRow *row;
+	Datum	   *values;
+	int			n = 0;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	uint32		key_expr;
+
+	if (!xact_active || desc->queue == NULL || hash_get_num_entries(xact_claimed) == 0)
+		return NULL;
+	values = palloc(sizeof(Datum) * hash_get_num_entries(xact_claimed));
+	key_expr = fs_key_expr_hash(desc);
+	hash_seq_init(&seq, xact_claimed);
+	while ((row = hash_seq_search(&seq)) != NULL)
+		if (row->queue == desc->queue && row->left_subid == 0)
+		{
+			/*
+			 * Claimed under an earlier registration whose key was another
+			 * expression (or of another type): the row cannot be left out
+			 * by key, and the claim would return it again.
+			 */
+			if (row->key.type != desc->key_type || row->key_expr != key_expr)
+			{
+				hash_seq_term(&seq);
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("queue \"%s\" was registered again with another key after this transaction claimed rows from it",
+								desc->queue_name),
+						 errdetail("The key is now %s (%s); the rows were claimed with keys of type %s.",
+								   desc->key, format_type_be(desc->key_type),
+								   format_type_be(row->key.type)),
+						 errhint("Commit or roll back the transaction before claiming from the queue again.")));
+			}
+			values[n++] = row->value;
+		}
+	if (n == 0)
+		return NULL;
+	get_typlenbyvalalign(desc->key_type, &typlen, &typbyval, &typalign);
+	return construct_array(values, n, desc->key_type, typlen, typbyval, typalign);
+}
+
+void
+fs_track_registration_changed(const char *queue_name, bool unregistered)
+{
+	MemoryContext old;
+	FsQueueEvent *event;
+
+	fs_xact_begin();
+	old = MemoryContextSwitchTo(xact_cxt);
+	event = palloc0(sizeof(FsQueueEvent));
+	if (queue_name != NULL)
+		strlcpy(event->queue_name, queue_name, FS_NAME_BUFLEN);
+	event->subid = GetCurrentSubTransactionId();
+	event->kind = unregistered ? FS_EVENT_UNREGISTERED : FS_EVENT_REGISTERED;
+	xact_events = lappend(xact_events, event);
+	MemoryContextSwitchTo(old);
+	/* This transaction sees its own change at once. */
+	fs_fair_invalidate_all();
+}
+
+/* ----------------------------------------------------------------
+ * The triggers
+ * ----------------------------------------------------------------
+ */
+
+static TriggerData *
+fs_trigger_data(FunctionCallInfo fcinfo, const char *name, bool row)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(td->tg_event) ||
+		(TRIGGER_FIRED_FOR_ROW(td->tg_event) != 0) != row)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("%s() must be fired AFTER ... FOR EACH %s", name, row ? "ROW" : "STATEMENT")));
+	return td;
+}
+
+/*
+ * Error context of a trigger: an expression of a registration that fails
+ * on a row (a cost dividing by zero, say) names its queue.
+ */
+static void
+fs_trigger_error_callback(void *arg)
+{
+	errcontext("expressions of queue \"%s\", evaluated by fairshare's trigger",
+			   (const char *) arg);
+}
+
+/*
+ * Evaluate a registration on a ready-table row: false if the row is not
+ * ready; else true, with its tenant in `tenant` ("" if NULL or not a valid
+ * tenant name).
+ */
+static bool
+fs_ready_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, char *tenant)
+{
+	bool		isnull;
+	Datum		value;
+	text	   *t;
+	int			len;
+
+	econtext->ecxt_scantuple = slot;
+	if (role->filter != NULL)
+	{
+		value = ExecEvalExprSwitchContext(role->filter, econtext, &isnull);
+		if (isnull || !DatumGetBool(value))
+			return false;
+	}
+	tenant[0] = '\0';
+	value = ExecEvalExprSwitchContext(role->tenant, econtext, &isnull);
+	if (isnull)
+		return true;
+	t = DatumGetTextPP(value);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0 || len > FS_NAME_MAXLEN || (len == 1 && *VARDATA_ANY(t) == '*'))
+		return true;
+	memcpy(tenant, VARDATA_ANY(t), len);
+	tenant[len] = '\0';
+	return true;
+}
+
+/* A ready row of `tenant` left the ready state (deleted or updated out). */
+static void
+fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, const char *tenant)
+{
+	bool		isnull;
+	Datum		key;
+	float8		cost;
+
+	if (tenant[0] == '\0')
+	{
+		fs_delta_add(role->queue, "", -1, 0, 0);
+		return;
+	}
+
+	econtext->ecxt_scantuple = slot;
+	key = ExecEvalExprSwitchContext(role->key, econtext, &isnull);
+	if (!isnull && xact_active)
+	{
+		FsXactKey	xkey;
+		FsClaimedRow *row;
+
+		memset(&xkey, 0, sizeof(xkey));
+		fs_claim_key_make(&xkey.claim, role->queue->queue_id, key, role->key_type,
+						  role->key_len, role->key_byval);
+		xkey.type = role->key_type;
+		row = hash_search(xact_claimed, &xkey, HASH_FIND, NULL);
+		if (row != NULL && row->reserved && row->left_subid == 0)
+		{
+			/* Claimed by fs_claim() in this transaction: already taken off. */
+			row->left_subid = GetCurrentSubTransactionId();
+			return;
+		}
+	}
+
+	if (role->cost != NULL)
+		cost = fs_fair_clamp_cost(DatumGetFloat8(ExecEvalExprSwitchContext(role->cost, econtext,
+																		   &isnull)), isnull);
+	else
+		cost = role->charge_runtime ? fs_fair_queue(role->queue)->avg_runtime_ms : 1.0;
+	fs_delta_add(role->queue, tenant, -1, 1, cost);
+}
+
+/* AFTER INSERT OR DELETE OR UPDATE FOR EACH ROW on a ready table. */
+Datum
+fs_fair_ready_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_ready_trigger", true);
+	FsRelTriggers *rt;
+	int			i;
+	ErrorContextCallback errcb;
+
+	/* Not preloaded: nothing to keep (the queue is recounted when it is). */
+	if (fs_fair == NULL)
+		return PointerGetDatum(NULL);
+	rt = fs_fair_rel_triggers(td->tg_relation);
+
+	errcb.callback = fs_trigger_error_callback;
+	errcb.previous = error_context_stack;
+	for (i = 0; i < rt->nready; i++)
+	{
+		FsRelRole  *role = &rt->ready[i];
+		char		old_tenant[FS_NAME_BUFLEN];
+		char		new_tenant[FS_NAME_BUFLEN];
+		bool		old_in = false;
+		bool		new_in = false;
+		FsRunAs		run_as;
+
+		if (role->queue == NULL)
+			continue;			/* no room for the queue: claims fail open */
+		errcb.arg = role->queue_name;
+		error_context_stack = &errcb;
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
+		if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
+			new_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, new_tenant);
+		else if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
+			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant);
+		else
+		{
+			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant);
+			new_in = fs_ready_eval(role, rt->econtext, td->tg_newslot, new_tenant);
+			if (old_in && new_in && strcmp(old_tenant, new_tenant) == 0)
+				old_in = new_in = false;	/* still ready, same tenant */
+		}
+		if (old_in)
+			fs_ready_leave(role, rt->econtext, td->tg_trigslot, old_tenant);
+		if (new_in)
+			fs_delta_add(role->queue, new_tenant, 1, 0, 0);
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_end(&run_as);
+		error_context_stack = errcb.previous;
+		ResetExprContext(rt->econtext);
+	}
+	return PointerGetDatum(NULL);
+}
+
+static bool
+fs_running_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		value;
+
+	if (role->running_filter == NULL)
+		return true;
+	econtext->ecxt_scantuple = slot;
+	value = ExecEvalExprSwitchContext(role->running_filter, econtext, &isnull);
+	return !isnull && DatumGetBool(value);
+}
+
+/* Release the lease of a claimed row (found in the claim map). */
+static void
+fs_release_claim(FsRelRole *role, const FsClaimEntry *entry)
+{
+	MemoryContext old;
+	FsRelease  *rel;
+	int64		held = 0;
+	bool		released;
+
+	released = fs_slot_release(entry->lease_id, fs_now(), &held);
+	fs_xact_begin();
+	old = MemoryContextSwitchTo(xact_cxt);
+	FS_FAULT_POINT("running_release");
+	rel = palloc(sizeof(FsRelease));
+	rel->queue = role->queue;
+	rel->subid = GetCurrentSubTransactionId();
+	rel->key = entry->key;
+	rel->lease_id = entry->lease_id;
+	rel->held_usecs = held;
+	rel->est_cost = entry->est_cost;
+	rel->released = released;
+	rel->charge_runtime = role->charge_runtime;
+	strlcpy(rel->tenant, entry->tenant, FS_NAME_BUFLEN);
+	xact_releases = lappend(xact_releases, rel);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+fs_running_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		key;
+	FsClaimKey	ckey;
+	FsClaimEntry entry;
+
+	econtext->ecxt_scantuple = slot;
+	key = ExecEvalExprSwitchContext(role->running_key, econtext, &isnull);
+	if (isnull)
+		return;
+	fs_claim_key_make(&ckey, role->queue->queue_id, key, role->key_type, role->key_len,
+					  role->key_byval);
+	if (fs_claim_map_find(&ckey, &entry))
+		fs_release_claim(role, &entry);
+}
+
+/* AFTER DELETE OR UPDATE FOR EACH ROW on a running table. */
+Datum
+fs_fair_running_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_running_trigger", true);
+	FsRelTriggers *rt;
+	int			i;
+	ErrorContextCallback errcb;
+
+	if (fs_fair == NULL)
+		return PointerGetDatum(NULL);
+	rt = fs_fair_rel_triggers(td->tg_relation);
+
+	errcb.callback = fs_trigger_error_callback;
+	errcb.previous = error_context_stack;
+	for (i = 0; i < rt->nrunning; i++)
+	{
+		FsRelRole  *role = &rt->running[i];
+		FsRunAs		run_as;
+
+		if (role->queue == NULL)
+			continue;
+		errcb.arg = role->queue_name;
+		error_context_stack = &errcb;
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
+		if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
+		{
+			if (fs_running_eval(role, rt->econtext, td->tg_trigslot))
+				fs_running_leave(role, rt->econtext, td->tg_trigslot);
+		}
+		else if (TRIGGER_FIRED_BY_UPDATE(td->tg_event) &&
+				 fs_running_eval(role, rt->econtext, td->tg_trigslot))
+		{
+			bool		still = fs_running_eval(role, rt->econtext, td->tg_newslot);
+
+			if (still)
+			{
+				bool		old_null;
+				bool		new_null;
+				Datum		old_key;
+				Datum		new_key;
+
+				/* Still running, unless it became another job. */
+				rt->econtext->ecxt_scantuple = td->tg_trigslot;
+				old_key = ExecEvalExprSwitchContext(role->running_key, rt->econtext, &old_null);
+				rt->econtext->ecxt_scantuple = td->tg_newslot;
+				new_key = ExecEvalExprSwitchContext(role->running_key, rt->econtext, &new_null);
+				still = old_null == new_null &&
+					(old_null || datumIsEqual(old_key, new_key, role->key_byval, role->key_len));
+			}
+			if (!still)
+				fs_running_leave(role, rt->econtext, td->tg_trigslot);
+		}
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_end(&run_as);
+		error_context_stack = errcb.previous;
+		ResetExprContext(rt->econtext);
+	}
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * AFTER TRUNCATE FOR EACH STATEMENT: a truncated ready table is recounted
+ * at its queue's next use; a truncated running table releases the leases of
+ * all its claimed rows.
+ */
+Datum
+fs_fair_truncate_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_truncate_trigger", false);
+	FsRelTriggers *rt;
+	bool		running;
+	int			i;
+
+	if (fs_fair == NULL)
+		return PointerGetDatum(NULL);
+	running = td->tg_trigger->tgnargs > 0 && strcmp(td->tg_trigger->tgargs[0], "running") == 0;
+	rt = fs_fair_rel_triggers(td->tg_relation);
+
+	if (!running)
+	{
+		for (i = 0; i < rt->nready; i++)
+		{
+			MemoryContext old;
+			FsQueueEvent *event;
+
+			if (rt->ready[i].queue == NULL)
+				continue;
+			fs_xact_begin();
+			old = MemoryContextSwitchTo(xact_cxt);
+			event = palloc0(sizeof(FsQueueEvent));
+			strlcpy(event->queue_name, rt->ready[i].queue_name, FS_NAME_BUFLEN);
+			event->subid = GetCurrentSubTransactionId();
+			event->kind = FS_EVENT_TRUNCATED;
+			xact_events = lappend(xact_events, event);
+			MemoryContextSwitchTo(old);
+		}
+		return PointerGetDatum(NULL);
+	}
+
+	for (i = 0; i < rt->nrunning; i++)
+	{
+		FsRelRole  *role = &rt->running[i];
+		FsClaimEntry *entries;
+		int			n;
+		int			k;
+
+		if (role->queue == NULL)
+			continue;
+		entries = fs_claim_map_collect(role->queue->queue_id, &n);
+		for (k = 0; k < n; k++)
+			fs_release_claim(role, &entries[k]);
+		pfree(entries);
+	}
+	return PointerGetDatum(NULL);
+}
+
+/* ----------------------------------------------------------------
+ * Transaction ends
+ * ----------------------------------------------------------------
+ */
+
+/* Undo the claims of the whole transaction (subid 0) or one subtransaction. */
+static void
+fs_undo_claims(SubTransactionId subid)
+{
+	int			i;
+	int			kept;
+
+	/* Newest first, so virtual time unwinds in order. */
+	for (i = nxact_claims - 1; i >= 0; i--)
+	{
+		FsClaimRec *rec = &xact_claims[i];
+		FsTenantChange c;
+
+		if (subid != InvalidSubTransactionId && rec->subid != subid)
+			continue;
+		/* Rows back unless recounted since; tag, served work, V back. */
+		fs_change_init(&c, fs_now());
+		c.rows = rec->rows;
+		c.resync_gen = rec->resync_gen;
+		c.served = -rec->served;
+		c.tag = -rec->charge;
+		c.restore_vtime = true;
+		c.vtime_before = rec->vtime_before;
+		c.vtime_after = rec->vtime_after;
+		fs_fair_change(rec->queue, rec->tenant, false, &c);
+	}
+	if (subid != InvalidSubTransactionId)
+	{
+		/* The subtransaction's records go; the rest keep their order. */
+		kept = 0;
+		for (i = 0; i < nxact_claims; i++)
+			if (xact_claims[i].subid != subid)
+				xact_claims[kept++] = xact_claims[i];
+		nxact_claims = kept;
+	}
+
+	if (xact_claimed != NULL)
+	{
+		HASH_SEQ_STATUS seq;
+		FsClaimedRow *row;
+
+		hash_seq_init(&seq, xact_claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+		{
+			if (subid != InvalidSubTransactionId && row->left_subid == subid)
+				row->left_subid = 0;
+			if (subid != InvalidSubTransactionId && row->subid != subid)
+				continue;
+			if (row->mapped)
+				fs_claim_map_remove(&row->key.claim, row->lease_id);
+			hash_search(xact_claimed, &row->key, HASH_REMOVE, NULL);
+		}
+	}
+}
+
+/* Drop what an aborted subtransaction recorded. */
+static void
+fs_drop_subxact(SubTransactionId subid)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	List	   *keep = NIL;
+	ListCell   *lc;
+
+	hash_seq_init(&seq, xact_deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		if (delta->key.subid == subid)
+			hash_search(xact_deltas, &delta->key, HASH_REMOVE, NULL);
+
+	foreach(lc, xact_releases)
+		if (((FsRelease *) lfirst(lc))->subid != subid)
+			keep = lappend(keep, lfirst(lc));
+	xact_releases = keep;
+
+	keep = NIL;
+	foreach(lc, xact_events)
+		if (((FsQueueEvent *) lfirst(lc))->subid != subid)
+			keep = lappend(keep, lfirst(lc));
+		else if (((FsQueueEvent *) lfirst(lc))->kind != FS_EVENT_TRUNCATED)
+			fs_fair_invalidate_all();
+	xact_events = keep;
+}
+
+/* A committed subtransaction's records now belong to its parent. */
+static void
+fs_merge_subxact(SubTransactionId subid, SubTransactionId parent)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	FsClaimedRow *row;
+	ListCell   *lc;
+	List	   *moved = NIL;
+
+	hash_seq_init(&seq, xact_deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		if (delta->key.subid == subid)
+			moved = lappend(moved, delta);
+	foreach(lc, moved)
+	{
+		FsDelta    *from = lfirst(lc);
+		FsDelta		copy = *from;
+
+		hash_search(xact_deltas, &from->key, HASH_REMOVE, NULL);
+		copy.key.subid = parent;
+		{
+			FsDelta    *to;
+			bool		found;
+
+			to = hash_search(xact_deltas, &copy.key, HASH_ENTER, &found);
+			if (!found)
+			{
+				to->queue = copy.queue;
+				to->rows = to->leaves = 0;
+				to->charge = 0;
+			}
+			to->rows += copy.rows;
+			to->leaves += copy.leaves;
+			to->charge += copy.charge;
+		}
+	}
+	list_free(moved);
+
+	hash_seq_init(&seq, xact_claimed);
+	while ((row = hash_seq_search(&seq)) != NULL)
+	{
+		if (row->subid == subid)
+			row->subid = parent;
+		if (row->left_subid == subid)
+			row->left_subid = parent;
+	}
+	for (int i = 0; i < nxact_claims; i++)
+		if (xact_claims[i].subid == subid)
+			xact_claims[i].subid = parent;
+	foreach(lc, xact_releases)
+		if (((FsRelease *) lfirst(lc))->subid == subid)
+			((FsRelease *) lfirst(lc))->subid = parent;
+	foreach(lc, xact_events)
+		if (((FsQueueEvent *) lfirst(lc))->subid == subid)
+			((FsQueueEvent *) lfirst(lc))->subid = parent;
+}
+
+static void
+fs_gate_leave_all(void)
+{
+	while (ngated > 0)
+		fs_fair_gate_leave(gated[--ngated]);
+}
+
+static void
+fs_gate_exit_callback(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+{
+	fs_gate_leave_all();
+}
+
+/*
+ * Enter `queue`'s commit gate and note it, to be left at the end of the
+ * transaction (fs_gates_enter_in_order() enters each queue once).
+ */
+static void
+fs_gate_enter(FsQueue *queue)
+{
+	if (gated == NULL)
+		gated = MemoryContextAlloc(TopMemoryContext, sizeof(FsQueue *) * Max(fs_max_queues, 1));
+	if (!gate_exit_registered)
+	{
+		before_shmem_exit(fs_gate_exit_callback, (Datum) 0);
+		gate_exit_registered = true;
+	}
+	/* Queues are never more than fairshare.max_queues. */
+	if (ngated >= fs_max_queues)
+		elog(ERROR, "one transaction changed more fair-dequeue queues than fairshare.max_queues (%d)",
+			 fs_max_queues);
+	fs_fair_gate_enter(queue);
+	gated[ngated++] = queue;
+}
+
+/* Add `queue` to a set of `n` queues (with room for it); returns its size. */
+static int
+fs_queue_set_add(FsQueue **queues, int n, FsQueue *queue)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (queues[i] == queue)
+			return n;
+	queues[n] = queue;
+	return n + 1;
+}
+
+static int
+fs_queue_id_cmp(const void *a, const void *b)
+{
+	uint32		qa = (*(FsQueue *const *) a)->queue_id;
+	uint32		qb = (*(FsQueue *const *) b)->queue_id;
+
+	return qa < qb ? -1 : qa > qb ? 1 : 0;
+}
+
+/*
+ * Enter the commit gate of every queue whose counts this transaction
+ * changes, in the order of the queues' ids.  A committer waits at a closed
+ * gate holding the gates it entered before; a recount closes one gate and
+ * waits for the committers inside.  Entered in one order, a committer can
+ * only be waiting for a gate further along than any it holds, so waits
+ * cannot form a circle (two recounts each waiting for a committer that
+ * waits at the other's gate, until both give up).
+ */
+static void
+fs_gates_enter_in_order(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	FsClaimedRow *row;
+	FsQueue   **queues;
+	int			nqueues = 0;
+	long		capacity;
+	int			i;
+
+	/* At most one queue per entry of either table. */
+	capacity = hash_get_num_entries(xact_deltas) + hash_get_num_entries(xact_claimed);
+	if (capacity == 0)
+		return;
+	queues = palloc_extended(sizeof(FsQueue *) * capacity, MCXT_ALLOC_HUGE);
+	hash_seq_init(&seq, xact_deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		nqueues = fs_queue_set_add(queues, nqueues, delta->queue);
+	hash_seq_init(&seq, xact_claimed);
+	while ((row = hash_seq_search(&seq)) != NULL)
+		if (row->reserved)
+			nqueues = fs_queue_set_add(queues, nqueues, row->queue);
+	qsort(queues, nqueues, sizeof(FsQueue *), fs_queue_id_cmp);
+	for (i = 0; i < nqueues; i++)
+		fs_gate_enter(queues[i]);
+	pfree(queues);
+}
+
+/*
+ * Before commit (SPI still allowed): end the leases of claimed rows that did
+ * not leave the ready state (nobody runs them), and make sure every tenant
+ * that gets ready rows has an entry with current limits.
+ */
+static void
+fs_pre_commit(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsClaimedRow *row;
+	FsDelta    *delta;
+
+	/* Rows that left through the application's own claim, for fs_commit(). */
+	if (hash_get_num_entries(xact_deltas) > 0)
+	{
+		FS_FAULT_POINT("pre_commit");
+		own_claims = MemoryContextAlloc(xact_cxt,
+										sizeof(FsOwnClaim) * hash_get_num_entries(xact_deltas));
+		n_own_claims = 0;
+		hash_seq_init(&seq, xact_deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+			if (delta->leaves != 0 && delta->key.tenant[0] != '\0')
+				own_claims[n_own_claims++].delta = delta;
+	}
+
+	/*
+	 * This runs in every transaction that wrote a registered table, so the
+	 * common cases (only inserts; only claims) skip the empty table's scans.
+	 */
+	if (hash_get_num_entries(xact_claimed) > 0)
+	{
+		TimestampTz now = fs_now();
+
+		hash_seq_init(&seq, xact_claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+			if (row->left_subid == 0)
+			{
+				int64		held;
+
+				(void) fs_slot_release(row->lease_id, now, &held);
+				if (row->mapped)
+					fs_claim_map_remove(&row->key.claim, row->lease_id);
+				row->mapped = false;
+			}
+	}
+
+	if (hash_get_num_entries(xact_deltas) > 0)
+	{
+		hash_seq_init(&seq, xact_deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+			if (delta->rows > 0 && delta->key.tenant[0] != '\0')
+			{
+				FsTenantRef ref;
+
+				if (fs_tenant_open(delta->queue, delta->key.tenant, FS_OPEN_CREATE, &ref) != NULL)
+					fs_tenant_close(&ref);
+			}
+	}
+
+	/*
+	 * The queues of registration events, looked up now: a lookup may add
+	 * to this backend's cache (memory), which the commit itself must not.
+	 */
+	{
+		ListCell   *lc;
+
+		foreach(lc, xact_events)
+		{
+			FsQueueEvent *event = lfirst(lc);
+
+			if (event->queue_name[0] != '\0')
+				event->queue = fs_queue_lookup(event->queue_name, false);
+		}
+	}
+
+	/* Last: from here until its changes are applied, a recount waits. */
+	fs_gates_enter_in_order();
+}
+
+/* The clock, read once and only by a commit that needs it. */
+static TimestampTz
+fs_commit_now(TimestampTz *now)
+{
+	if (*now == 0)
+		*now = fs_now();
+	return *now;
+}
+
+static int
+fs_own_claim_cmp(const void *a, const void *b)
+{
+	const FsOwnClaim *x = (const FsOwnClaim *) a;
+	const FsOwnClaim *y = (const FsOwnClaim *) b;
+
+	if (x->delta->key.queue_id != y->delta->key.queue_id)
+		return x->delta->key.queue_id < y->delta->key.queue_id ? -1 : 1;
+	if (x->tag != y->tag)
+		return x->tag < y->tag ? -1 : 1;
+	return strcmp(x->delta->key.tenant, y->delta->key.tenant);
+}
+
+/*
+ * Apply the rows that left through the application's own claim.  Each
+ * advances its tenant's tag as a claim would, and moves the queue's virtual
+ * time to its start: to be what fs_claim() would have done, and not depend
+ * on the order of a hash table, they are applied in fair order, smallest
+ * tag first.  Nothing here may fail: the array was allocated before commit.
+ */
+static void
+fs_apply_own_claims(TimestampTz now)
+{
+	int			i;
+
+	for (i = 0; i < n_own_claims; i++)
+	{
+		FsDelta    *delta = own_claims[i].delta;
+		FsTenantRef ref;
+		FsTenant   *entry;
+
+		own_claims[i].tag = 0;
+		entry = fs_tenant_open(delta->queue, delta->key.tenant, FS_OPEN_NO_LIMITS, &ref);
+		if (entry != NULL)
+		{
+			SpinLockAcquire(&entry->mutex);
+			own_claims[i].tag = entry->virtual_finish;
+			SpinLockRelease(&entry->mutex);
+			fs_tenant_close(&ref);
+		}
+	}
+	if (n_own_claims > 1)
+		qsort(own_claims, n_own_claims, sizeof(FsOwnClaim), fs_own_claim_cmp);
+	for (i = 0; i < n_own_claims; i++)
+	{
+		FsDelta    *delta = own_claims[i].delta;
+
+		fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows,
+							  delta->charge, delta->leaves, now);
+	}
+}
+
+/* After commit: publish everything.  Nothing here may fail. */
+static void
+fs_commit(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	FsClaimedRow *row;
+	ListCell   *lc;
+	TimestampTz now = 0;
+	FsTenantChange c;
+
+	if (hash_get_num_entries(xact_deltas) > 0)
+	{
+		hash_seq_init(&seq, xact_deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+		{
+			if (delta->key.tenant[0] == '\0')
+				fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
+			else if (delta->leaves == 0 && delta->rows != 0)
+				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0);
+		}
+		fs_apply_own_claims(fs_commit_now(&now));
+	}
+
+	if (hash_get_num_entries(xact_claimed) > 0)
+	{
+		hash_seq_init(&seq, xact_claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+		{
+			if (!row->reserved)
+				continue;
+
+			/*
+			 * The common case, a claimed row that left the ready state with
+			 * no recount since, changes nothing.  (A recount cannot be
+			 * running now: this transaction changed the table and still
+			 * holds its lock.)
+			 */
+			if (row->left_subid != 0 && fs_fair_queue(row->queue)->resync_gen == row->resync_gen)
+				continue;
+
+			/*
+			 * A row still ready gets its reservation back; if the queue was
+			 * recounted since the claim, the count had it, and a row that
+			 * left is taken off instead.
+			 */
+			fs_change_init(&c, fs_commit_now(&now));
+			c.rows = row->left_subid == 0 ? 1 : 0;
+			c.rows_recounted = row->left_subid != 0 ? -1 : 0;
+			c.resync_gen = row->resync_gen;
+			fs_fair_change(row->queue, row->tenant, false, &c);
+		}
+	}
+
+	foreach(lc, xact_releases)
+	{
+		FsRelease  *rel = lfirst(lc);
+		FsFairQueue *fq = fs_fair_queue(rel->queue);
+
+		fs_claim_map_remove(&rel->key, rel->lease_id);
+		if (!rel->released)
+			continue;
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		fq->counters.rows_released++;
+		LWLockRelease(fq->lock);
+		if (rel->charge_runtime)
+		{
+			float8		held_ms = (float8) rel->held_usecs / 1000.0;
+			float8		extra = held_ms - rel->est_cost;
+
+			fs_change_init(&c, fs_commit_now(&now));
+			c.resync_gen = fs_fair_queue(rel->queue)->resync_gen;
+			c.cost = extra;
+			c.served = extra;
+			fs_fair_change(rel->queue, rel->tenant, false, &c);
+			fs_fair_note_runtime(rel->queue, held_ms);
+			/* The budget paid the estimate at claim: it pays the rest now. */
+			fs_budget_charge_committed(rel->queue, rel->tenant, extra, fs_commit_now(&now));
+		}
+	}
+
+	foreach(lc, xact_events)
+	{
+		FsQueueEvent *event = lfirst(lc);
+		FsQueue    *queue = event->queue;
+
+		if (queue == NULL)
+			continue;
+		fs_fair_forget(queue);
+		if (event->kind == FS_EVENT_UNREGISTERED)
+			fs_claim_map_remove_queue(queue->queue_id);
+	}
+	foreach(lc, xact_events)
+		if (((FsQueueEvent *) lfirst(lc))->kind != FS_EVENT_TRUNCATED)
+		{
+			pg_atomic_add_fetch_u32(&fs_fair->registration_generation, 1);
+			break;
+		}
+}
+
+static void
+fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	if (!xact_active)
+		return;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			fs_pre_commit();
+			break;
+		case XACT_EVENT_COMMIT:
+			fs_commit();
+			fs_gate_leave_all();
+			fs_xact_reset();
+			break;
+		case XACT_EVENT_ABORT:
+			fs_undo_claims(InvalidSubTransactionId);
+			fs_gate_leave_all();
+			if (xact_events != NIL)
+				fs_fair_invalidate_all();
+			fs_xact_reset();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (nxact_claims > 0 || hash_get_num_entries(xact_deltas) > 0 ||
+				xact_releases != NIL || xact_events != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that changed rows or registrations of fair-dequeue queues"),
+						 errhint("Enqueue, claim and finish jobs outside prepared transactions.")));
+			fs_xact_reset();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+fs_track_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg pg_attribute_unused())
+{
+	if (!xact_active)
+		return;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_COMMIT_SUB:
+			{
+				MemoryContext old = MemoryContextSwitchTo(xact_cxt);
+
+				fs_merge_subxact(mySubid, parentSubid);
+				MemoryContextSwitchTo(old);
+			}
+			break;
+		case SUBXACT_EVENT_ABORT_SUB:
+			{
+				MemoryContext old = MemoryContextSwitchTo(xact_cxt);
+
+				fs_undo_claims(mySubid);
+				fs_drop_subxact(mySubid);
+				MemoryContextSwitchTo(old);
+			}
+			break;
+		default:
+			break;
+	}
+}
+
+void
+fs_track_init(void)
+{
+	RegisterXactCallback(fs_track_xact_callback, NULL);
+	RegisterSubXactCallback(fs_track_subxact_callback, NULL);
+}

@@ -1,0 +1,39 @@
+/*-------------------------------------------------------------------------
+ *
+ * tenant_limits.h
+ *	  The durable fs_limits table and its cache in tenant entries.
+ *
+ * A change to fs_limits bumps a shared generation when its transaction
+ * commits; a tenant entry whose cached limits carry an older generation loads
+ * them again (with a fresh snapshot) before its next decision.  A rolled-back
+ * change never bumps anything and is never seen by other sessions.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_TENANT_LIMITS_H
+#define FAIRSHARE_TENANT_LIMITS_H
+
+#include "core/shmem.h"
+
+/* Built-in defaults, used when no row of fs_limits says otherwise. */
+#define FS_DEFAULT_MAX_SLOTS	1
+#define FS_DEFAULT_MIN_SLOTS	0
+#define FS_DEFAULT_WEIGHT		1.0
+#define FS_DEFAULT_THROTTLE_PCT	100.0
+
+/* Are the limits cached in `entry` current?  Entry spinlock held. */
+static inline bool
+fs_limits_current(const FsTenant *entry)
+{
+	return entry->limits_generation ==
+		pg_atomic_read_u32(&fs_shared->limits_generation);
+}
+
+extern void fs_limits_copy_out(const FsTenant *entry, FsLimits *out);
+extern void fs_limits_store(FsTenant *entry, const FsLimits *limits, uint32 generation);
+extern bool fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out,
+							  uint32 *generation);
+extern void fs_limits_init(void);
+extern const char *fs_extension_schema(void);
+
+#endif							/* FAIRSHARE_TENANT_LIMITS_H */

@@ -1,0 +1,1448 @@
+/*-------------------------------------------------------------------------
+ *
+ * slots.c
+ *	  Per-tenant concurrency slots, held through leases.
+ *
+ * fs_acquire_slot() checks a tenant's slots against its ceiling and takes
+ * one in the same spinlock-protected step, so the check-and-take is atomic
+ * across backends.  The slot is held by a lease: a row of the shared lease
+ * table with an expiry.  A lease ends when it is released, or when it is not
+ * renewed in time (whoever looks at it next, or the sweeper, frees the slot).
+ *
+ * Each lease partition keeps its live and orphan leases in a heap by expiry,
+ * so a sweep takes off only what has expired, a batch per hold of a
+ * partition lock, and never looks at the rest of the table.  A tenant's
+ * earliest_expiry is a lower bound of its live leases' expiries (exact
+ * until one of them ends early): a denied acquire whose tenant may hold an
+ * expired lease frees a bounded number of expired leases and looks again.
+ *
+ * A lease keeps a pointer to its tenant entry and the entry's generation.
+ * The lease pins the entry (shmem.c, rule 2) as long as the counts are
+ * right; should a slot ever be given back twice, the entry may be evicted
+ * and reused, and the generation tells: the lease's slot is then gone with
+ * it.  Counts are kept from going below zero, and the debug build raises an
+ * error where that was needed.
+ *
+ * Leases follow the transaction that touches them:
+ *
+ *	- A lease acquired in a transaction that aborts is returned at abort
+ *	  (likewise for a subtransaction rolled back to its savepoint).
+ *	- A release of a lease acquired in the same (sub)transaction frees the
+ *	  slot at once: whatever happens, that lease will not outlive it.
+ *	- Any other release takes effect at commit; until then the lease is
+ *	  RELEASING (nobody else can release or renew it), and an abort makes it
+ *	  live again.  An acquire for the same tenant later in that transaction
+ *	  takes over the slot being released (it is granted even at the
+ *	  ceiling), so "finish one job, claim the next" in one transaction needs
+ *	  no spare slot.  Both leases hold a counted slot until the transaction
+ *	  ends: every live or releasing lease owns exactly one, which also pins
+ *	  its tenant entry.
+ *
+ * Backend-local records of what this transaction did to leases drive the
+ * commit and abort work; the shared lease table is the truth.
+ *
+ * A lease belongs to the role that took it (GetUserId() at the acquire, or
+ * at the fs_claim() that took it).  fs_release_slot() and fs_renew_slot()
+ * refuse, with an error, a caller that is not that role, has not its
+ * privileges, is no member of fairshare_admin and no superuser: lease ids
+ * are easy to guess.  The check reads the catalogs, so it never runs under
+ * a lease lock: the common case (the owner itself) is decided under the
+ * lock, any other is checked after dropping it, and the operation is then
+ * tried again (a lease's owner only ever changes from none to the renewer,
+ * see FsLease.owner).  Internal releases (fs_claim() returning unused
+ * leases, the running-table triggers) are not checked: whoever writes the
+ * running table ends the run, whichever role claimed it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/shmem.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "budget/budget.h"
+#include "gate/gate.h"
+#include "schedules/schedules.h"
+#include "slots/slots.h"
+#include "views/views.h"
+
+PG_FUNCTION_INFO_V1(fs_acquire_slot);
+PG_FUNCTION_INFO_V1(fs_release_slot);
+PG_FUNCTION_INFO_V1(fs_renew_slot);
+
+/*
+ * A lease's length argument as microseconds: not NULL, positive, and at
+ * most FS_MAX_LEASE_USECS (months count as 30 days, as in interval
+ * arithmetic).
+ */
+int64
+fs_lease_interval_arg(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	Interval   *interval;
+	float8		usecs;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what),
+				 errhint("Pass an interval such as '5 minutes', or leave the argument out for the default.")));
+	interval = PG_GETARG_INTERVAL_P(argno);
+
+	/* In float8: exact enough for the range we accept, and cannot overflow. */
+	usecs = (float8) interval->time +
+		((float8) interval->month * DAYS_PER_MONTH + interval->day) * USECS_PER_DAY;
+	if (usecs <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a positive interval, got %s", what,
+						DatumGetCString(DirectFunctionCall1(interval_out,
+															IntervalPGetDatum(interval)))),
+				 errhint("Pass an interval such as '5 minutes'.")));
+	if (usecs > (float8) FS_MAX_LEASE_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be at most 366 days, got %s", what,
+						DatumGetCString(DirectFunctionCall1(interval_out,
+															IntervalPGetDatum(interval)))),
+				 errhint("Renew a lease with fs_renew_slot() while the work runs instead of taking a long one.")));
+	return (int64) usecs;
+}
+
+
+static HTAB *fs_lease_hash = NULL;
+static LWLockPadded *fs_lease_locks = NULL;
+static FsScanTable fs_lease_scan;	/* its partition lists (scanlist.h) */
+
+/*
+ * Each lease partition keeps its LIVE and ORPHAN leases in pairing heaps
+ * ordered by expiry, under the partition's lock, so that freeing expired
+ * leases touches only those.  A pairing heap may have to pair up every
+ * lease added since its top last changed, and leases mostly come in order
+ * of expiry: FS_LEASE_HEAPS heaps per partition (by the id's hash) keep
+ * that one step short under the lock.  earliest_expiry is the earliest of
+ * their tops, written under the lock and read without it: a sweep passes
+ * over a partition with nothing expired without taking its lock.
+ */
+#define FS_LEASE_HEAPS		16
+
+typedef struct FsLeasePartition
+{
+	pg_atomic_uint64 earliest_expiry;	/* a TimestampTz; DT_NOEND: empty */
+	/* under the partition's lock: */
+	pairingheap_node *roots[FS_LEASE_HEAPS];
+	TimestampTz tops[FS_LEASE_HEAPS];	/* each root's expiry, or DT_NOEND */
+} FsLeasePartition;
+
+static FsLeasePartition *fs_lease_parts = NULL;
+
+/* Expired leases taken off a partition under one hold of its lock, at most. */
+#define FS_SWEEP_BATCH		128
+
+/*
+ * Expired leases a decision frees inline (a denied acquire, a full lease
+ * table), at most: the background sweeper frees the rest.
+ */
+#define FS_SWEEP_INLINE_MAX	4096
+
+/* ----------------------------------------------------------------
+ * What this transaction did to leases (backend-local)
+ * ----------------------------------------------------------------
+ */
+typedef enum FsLocalKind
+{
+	FS_LOCAL_DEAD = 0,			/* settled; skipped */
+	FS_LOCAL_ACQUIRED,			/* acquired in this transaction */
+	FS_LOCAL_RELEASING			/* released in this transaction, at commit */
+} FsLocalKind;
+
+typedef struct FsLocalLease
+{
+	int64		lease_id;
+	FsTenant   *tenant;			/* pinned by the lease while it exists */
+	uint32		generation;		/* the tenant's, when the record was made */
+	SubTransactionId subid;
+	uint8		kind;			/* FsLocalKind */
+	bool		handed_over;	/* RELEASING: a later acquire took its slot */
+	int			took_over;		/* ACQUIRED: 1 + index of the RELEASING
+								 * record whose slot it took, or 0 */
+} FsLocalLease;
+
+static FsLocalLease *local_leases = NULL;
+static int	local_count = 0;
+static int	local_capacity = 0;
+static int	local_pending_slots = 0;	/* RELEASING records not handed over */
+
+/*
+ * Make sure one more record fits, before shared state changes: pushing the
+ * record afterwards must not fail (an error then would leave a counted slot
+ * that this transaction's abort does not know to return).
+ */
+static void
+fs_local_reserve(void)
+{
+	if (local_count == local_capacity)
+	{
+		int			newcap = local_capacity == 0 ? 16 : local_capacity * 2;
+
+		FS_FAULT_POINT("slot_record");
+		if (local_leases == NULL)
+			local_leases = MemoryContextAlloc(TopMemoryContext,
+											  newcap * sizeof(FsLocalLease));
+		else
+			local_leases = repalloc(local_leases, newcap * sizeof(FsLocalLease));
+		local_capacity = newcap;
+	}
+}
+
+/* Add a record; fs_local_reserve() has made room for it. */
+static void
+fs_local_push(int64 lease_id, FsTenant *tenant, uint32 generation, FsLocalKind kind,
+			  int took_over)
+{
+	FsLocalLease *rec;
+
+	Assert(local_count < local_capacity);
+	rec = &local_leases[local_count++];
+	rec->lease_id = lease_id;
+	rec->tenant = tenant;
+	rec->generation = generation;
+	rec->subid = GetCurrentSubTransactionId();
+	rec->kind = kind;
+	rec->handed_over = false;
+	rec->took_over = took_over;
+}
+
+/* Drop settled records from the end (the common acquire-then-release case). */
+static void
+fs_local_trim(void)
+{
+	while (local_count > 0 && local_leases[local_count - 1].kind == FS_LOCAL_DEAD)
+		local_count--;
+}
+
+static int
+fs_local_find(int64 lease_id, FsLocalKind kind)
+{
+	int			i;
+
+	for (i = local_count - 1; i >= 0; i--)
+		if (local_leases[i].lease_id == lease_id && local_leases[i].kind == kind)
+			return i;
+	return -1;
+}
+
+/*
+ * A RELEASING record of this tenant whose slot is still free to take.  The
+ * generation tells the tenant from a later one that reuses its entry (the
+ * released lease may have gone, with its pin, in another transaction).
+ */
+static int
+fs_local_find_pending(FsTenant *tenant, uint32 generation)
+{
+	int			i;
+
+	if (local_pending_slots == 0)
+		return -1;
+	for (i = local_count - 1; i >= 0; i--)
+		if (local_leases[i].kind == FS_LOCAL_RELEASING &&
+			!local_leases[i].handed_over &&
+			local_leases[i].tenant == tenant &&
+			local_leases[i].generation == generation)
+			return i;
+	return -1;
+}
+
+/* ----------------------------------------------------------------
+ * Shared memory
+ * ----------------------------------------------------------------
+ */
+
+Size
+fs_slots_shmem_size(void)
+{
+	return add_size(add_size(hash_estimate_size(fs_max_leases, sizeof(FsLease)),
+							 mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition))),
+					fs_scan_lists_size(FS_LEASE_PARTITIONS));
+}
+
+void
+fs_slots_shmem_init(void)
+{
+	HASHCTL		info;
+	bool		found;
+	int			i;
+	int			h;
+
+	fs_lease_locks = &GetNamedLWLockTranche("fairshare")[FS_LEASE_LOCKS_OFFSET];
+
+	fs_lease_parts = ShmemInitStruct("fairshare lease expiries",
+									 mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition)),
+									 &found);
+	if (!found)
+	{
+		for (i = 0; i < FS_LEASE_PARTITIONS; i++)
+		{
+			pg_atomic_init_u64(&fs_lease_parts[i].earliest_expiry, (uint64) DT_NOEND);
+			for (h = 0; h < FS_LEASE_HEAPS; h++)
+			{
+				fs_lease_parts[i].roots[h] = NULL;
+				fs_lease_parts[i].tops[h] = DT_NOEND;
+			}
+		}
+	}
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(int64);
+	info.entrysize = sizeof(FsLease);
+	info.num_partitions = FS_LEASE_PARTITIONS;
+	fs_lease_hash = ShmemInitHash("fairshare leases",
+								  fs_max_leases, fs_max_leases,
+								  &info,
+								  HASH_ELEM | HASH_BLOBS | HASH_PARTITION |
+								  HASH_FIXED_SIZE);
+	fs_lease_scan.lists = fs_scan_lists_init("fairshare lease lists", FS_LEASE_PARTITIONS);
+	fs_lease_scan.locks = fs_lease_locks;
+	fs_lease_scan.nparts = FS_LEASE_PARTITIONS;
+	fs_lease_scan.link_offset = offsetof(FsLease, scan_link);
+}
+
+static inline LWLock *
+fs_lease_lock(uint32 hashvalue)
+{
+	return &fs_lease_locks[hashvalue % FS_LEASE_PARTITIONS].lock;
+}
+
+/*
+ * Remove a lease from the table (and from its partition's list).  Caller
+ * holds the lease's partition lock EXCLUSIVE and has taken it off its
+ * expiry heap, if it was on one.
+ */
+static void
+fs_lease_remove(FsLease *lease, uint32 hashvalue)
+{
+	int64		lease_id = lease->lease_id;
+
+	fs_scan_list_remove(&lease->scan_link);
+	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
+}
+
+/* The expiry heaps are min-heaps: the earlier expiry comes first. */
+static int
+fs_lease_expiry_cmp(const pairingheap_node *a, const pairingheap_node *b,
+					void *arg pg_attribute_unused())
+{
+	TimestampTz ea = pairingheap_const_container(FsLease, expiry_node, a)->expires_at;
+	TimestampTz eb = pairingheap_const_container(FsLease, expiry_node, b)->expires_at;
+
+	return (ea < eb) - (ea > eb);
+}
+
+/*
+ * Store heap `h` of a partition after a change, and publish the partition's
+ * earliest expiry.  Shared memory keeps only the roots: the comparator is
+ * each backend's own.
+ */
+static void
+fs_lease_heap_store(FsLeasePartition *part, int h, pairingheap_node *root)
+{
+	TimestampTz old_top = part->tops[h];
+	TimestampTz new_top = DT_NOEND;
+	TimestampTz earliest = (TimestampTz) pg_atomic_read_u64(&part->earliest_expiry);
+	int			i;
+
+	if (root != NULL)
+		new_top = pairingheap_container(FsLease, expiry_node, root)->expires_at;
+	part->roots[h] = root;
+	part->tops[h] = new_top;
+	if (new_top < earliest)
+		earliest = new_top;
+	else if (old_top == earliest && new_top != old_top)
+	{
+		/* This heap had the earliest top, and it moved on: look at all. */
+		earliest = part->tops[0];
+		for (i = 1; i < FS_LEASE_HEAPS; i++)
+			earliest = Min(earliest, part->tops[i]);
+	}
+	else
+		return;
+	pg_atomic_write_u64(&part->earliest_expiry, (uint64) earliest);
+}
+
+/* The heap of the lease with this hash: its partition's, and which one. */
+static inline FsLeasePartition *
+fs_lease_heap_of(uint32 hashvalue, int *h)
+{
+	*h = (int) ((hashvalue / FS_LEASE_PARTITIONS) % FS_LEASE_HEAPS);
+	return &fs_lease_parts[hashvalue % FS_LEASE_PARTITIONS];
+}
+
+/* Put a LIVE or ORPHAN lease in its heap (partition lock held EXCLUSIVE). */
+static void
+fs_lease_heap_add(uint32 hashvalue, FsLease *lease)
+{
+	int			h;
+	FsLeasePartition *part = fs_lease_heap_of(hashvalue, &h);
+	pairingheap heap = {fs_lease_expiry_cmp, NULL, part->roots[h]};
+
+	pairingheap_add(&heap, &lease->expiry_node);
+	fs_lease_heap_store(part, h, heap.ph_root);
+}
+
+/* Take a LIVE or ORPHAN lease out of its heap (partition lock held EXCLUSIVE). */
+static void
+fs_lease_heap_remove(uint32 hashvalue, FsLease *lease)
+{
+	int			h;
+	FsLeasePartition *part = fs_lease_heap_of(hashvalue, &h);
+	pairingheap heap = {fs_lease_expiry_cmp, NULL, part->roots[h]};
+
+	pairingheap_remove(&heap, &lease->expiry_node);
+	fs_lease_heap_store(part, h, heap.ph_root);
+}
+
+/*
+ * Is the entry a lease points to still the tenant that took it?  Always,
+ * unless a count that pinned it was dropped twice and the entry was evicted
+ * and reused: then the lease's slot no longer exists.  Under the lease's lock.
+ */
+static inline bool
+fs_lease_tenant_ok(const FsLease *lease)
+{
+	return lease->tenant->generation == lease->tenant_generation;
+}
+
+/*
+ * Report a count that had to be kept from going below zero, or a lease
+ * whose tenant entry was reused: the debug build's error, where an error is
+ * allowed.  At transaction end (an error there would be a PANIC) it is a
+ * warning.  A no-op in the ordinary build, which clamps and goes on.
+ */
+static void
+fs_lease_count_was_wrong(bool wrong, bool at_xact_end)
+{
+#ifdef FS_DEBUG
+	if (!wrong)
+		return;
+	if (!at_xact_end)
+		fs_invariant_failed("a lease's slot or pin is given back once", __FILE__, __LINE__);
+	ereport(WARNING,
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg("fairshare invariant violated: a lease's slot or pin is given back once"),
+			 errhint("This is a bug in fairshare, caught by its debug build (make FS_DEBUG=1).")));
+#else
+	(void) wrong;
+	(void) at_xact_end;
+#endif
+}
+
+/*
+ * Give back what a lease that is gone (or no longer counted) held in its
+ * tenant: a slot, or for an orphan its pin.  `generation` is the tenant's
+ * when the lease was taken; if the entry has been reused since, there is
+ * nothing left to give back.  Counts never go below zero.  Returns false
+ * when the count was already zero or the entry reused: something gave it
+ * back twice (see fs_lease_count_was_wrong()).  After this the caller must
+ * not touch the entry: the pin is gone.
+ */
+static bool
+fs_lease_pin_release(FsTenant *tenant, uint32 generation, bool orphan, bool expired)
+{
+	FsQueue    *queue = NULL;
+	bool		ok = true;
+
+	SpinLockAcquire(&tenant->mutex);
+	if (tenant->generation != generation)
+		ok = false;
+	else if (orphan)
+	{
+		if (tenant->orphan_leases > 0)
+			tenant->orphan_leases--;
+		else
+			ok = false;
+	}
+	else
+	{
+		/* The queue before the count drops: after that the entry may go. */
+		if (tenant->slots_in_use > 0)
+		{
+			queue = fs_queue_of(tenant);
+			tenant->slots_in_use--;
+		}
+		else
+			ok = false;
+		if (tenant->slots_in_use == 0)
+			tenant->earliest_expiry = DT_NOEND;
+		if (expired)
+			tenant->leases_expired++;
+	}
+	SpinLockRelease(&tenant->mutex);
+	if (queue != NULL)
+	{
+		fs_queue_slots_sub(queue, 1);
+		fs_tenant_may_be_idle();
+	}
+	return ok;
+}
+
+static inline void
+fs_tenant_note_expiry(FsTenant *tenant, TimestampTz expires_at)
+{
+	SpinLockAcquire(&tenant->mutex);
+	if (expires_at < tenant->earliest_expiry)
+		tenant->earliest_expiry = expires_at;
+	SpinLockRelease(&tenant->mutex);
+}
+
+/* ----------------------------------------------------------------
+ * Acquire, release, renew
+ * ----------------------------------------------------------------
+ */
+
+static int	fs_lease_sweep(TimestampTz now, int max_leases);
+
+/*
+ * Insert a live lease for `entry` (whose slot the caller has counted) under
+ * a fresh id, sweeping expired leases once if the table is full.  Returns
+ * NULL, with *lease_id set to an untracked id, when there is no room.
+ */
+static FsLease *
+fs_lease_insert(FsTenant *entry, uint32 generation, TimestampTz now, TimestampTz expires_at,
+				int64 *lease_id)
+{
+	FsLease    *lease = NULL;
+	bool		found = true;
+	bool		swept = false;
+	Oid			owner = GetUserId();
+
+	while (lease == NULL || found)
+	{
+		uint32		hashvalue;
+		LWLock	   *lock;
+
+		*lease_id = (int64) pg_atomic_fetch_add_u64(&fs_shared->next_lease_id, 1);
+		hashvalue = get_hash_value(fs_lease_hash, lease_id);
+		lock = fs_lease_lock(hashvalue);
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		lease = hash_search_with_hash_value(fs_lease_hash, lease_id, hashvalue,
+											HASH_ENTER_NULL, &found);
+		if (lease != NULL && !found)
+		{
+			lease->tenant = entry;
+			lease->acquired_at = now;
+			lease->expires_at = expires_at;
+			lease->holder_pid = MyProcPid;
+			lease->owner = owner;
+			lease->state = FS_LEASE_LIVE;
+			lease->tenant_generation = generation;
+			/* The decision noted its expiry in the tenant already. */
+			fs_lease_heap_add(hashvalue, lease);
+			fs_scan_list_add(&fs_lease_scan, hashvalue % FS_LEASE_PARTITIONS, &lease->scan_link);
+		}
+		LWLockRelease(lock);
+
+		/*
+		 * found: the id is taken (a lease restored from before a crash whose
+		 * id came round again); draw another.
+		 */
+		if (lease == NULL)
+		{
+			if (swept)
+				return NULL;
+			(void) fs_lease_sweep(now, FS_SWEEP_INLINE_MAX);
+			swept = true;
+		}
+	}
+	return lease;
+}
+
+/*
+ * Decide whether `tenant` of `queue` may take a slot, and take it.  On a
+ * grant, decision->lease_id is the new lease; on a denial it is 0 and
+ * decision->reason says why.  When state cannot be kept (a table is full)
+ * the slot is granted anyway with reason fail_open and an untracked lease id.
+ *
+ * Every live or releasing lease owns one counted slot, which also pins its
+ * tenant entry.  Taking over the slot of a lease this transaction is
+ * releasing only skips the ceiling check: the tenant counts both until the
+ * transaction ends, as both leases exist until then.
+ */
+void
+fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
+				TimestampTz now, FsSlotDecision *decision)
+{
+	FsTenantRef ref;
+	FsTenant   *entry;
+	FsGateCapacity cap;
+	FsDecision	d;
+	TimestampTz expires_at = now + lease_usecs;
+	bool		swept = false;
+	bool		granted;
+	bool		need_sweep;
+	int			pending;
+	int32		ceiling;
+	FsReason	deny_reason;
+	int64		lease_id;
+	FsLease    *lease;
+	uint32		generation;
+	bool		count_ok;
+
+	decision->lease_id = 0;
+	decision->slots_in_use = 0;
+	decision->ceiling = 0;
+	fs_decision_init(&d, FS_DECISION_SLOT, tenant, now);
+	d.requested = 1;
+
+	/* Nothing may fail once a slot is counted: make room for the record now. */
+	fs_local_reserve();
+
+	if (queue == NULL)
+		goto fail_open;
+	d.queue_id = queue->queue_id;
+
+retry:
+	fs_gate_capacity(queue, now, &cap);
+	entry = fs_tenant_open(queue, tenant, FS_OPEN_CREATE, &ref);
+	if (entry == NULL)
+		goto fail_open;
+
+	ceiling = fs_gate_ceiling(&cap, &ref.limits, &deny_reason);
+	/* Set when the entry was made, under its partition lock, which we hold. */
+	generation = entry->generation;
+	pending = fs_local_find_pending(entry, generation);
+	need_sweep = false;
+
+	SpinLockAcquire(&entry->mutex);
+	fs_tenant_touch(entry, now);
+	granted = pending >= 0 || entry->slots_in_use < ceiling;
+	if (granted)
+	{
+		entry->slots_in_use++;
+		if (expires_at < entry->earliest_expiry)
+			entry->earliest_expiry = expires_at;
+		entry->decisions[FS_REASON_GRANTED]++;
+	}
+	else
+	{
+		need_sweep = entry->earliest_expiry <= now && !swept;
+		if (!need_sweep)
+			entry->decisions[deny_reason]++;
+	}
+	d.runs_possible = Max(ceiling - entry->slots_in_use + (granted ? 1 : 0), 0);
+	decision->slots_in_use = entry->slots_in_use;
+	SpinLockRelease(&entry->mutex);
+	fs_tenant_close(&ref);
+
+	decision->ceiling = ceiling;
+	if (!granted)
+	{
+		if (need_sweep)
+		{
+			/*
+			 * One of its leases may have expired: free expired leases (a
+			 * bounded number: not a sweep of the table) and look again.
+			 */
+			(void) fs_lease_sweep(now, FS_SWEEP_INLINE_MAX);
+			swept = true;
+			goto retry;
+		}
+		decision->reason = deny_reason;
+		d.reason = deny_reason;
+		fs_decision_log(&d);
+		return;
+	}
+	pg_atomic_fetch_add_u32(&queue->slots_in_use, 1);
+
+	/* The slot is ours and pins the entry.  Record the lease. */
+	lease = fs_lease_insert(entry, generation, now, expires_at, &lease_id);
+	if (lease == NULL)
+	{
+		/* No room to track it: give the slot back and fail open. */
+		SpinLockAcquire(&entry->mutex);
+		/* fs_reset() may have zeroed the count since. */
+		if (entry->decisions[FS_REASON_GRANTED] > 0)
+			entry->decisions[FS_REASON_GRANTED]--;
+		SpinLockRelease(&entry->mutex);
+		count_ok = fs_lease_pin_release(entry, generation, false, false);
+		fs_lease_count_was_wrong(!count_ok, false);
+		FS_COUNT_GLOBAL(lease_table_full);
+		decision->lease_id = lease_id;
+		decision->reason = FS_REASON_FAIL_OPEN;
+		FS_COUNT_GLOBAL(fail_open);
+		d.reason = FS_REASON_FAIL_OPEN;
+		d.granted = 1;
+		fs_decision_log(&d);
+		return;
+	}
+
+	fs_local_push(lease_id, entry, generation, FS_LOCAL_ACQUIRED, pending >= 0 ? pending + 1 : 0);
+	if (pending >= 0)
+	{
+		local_leases[pending].handed_over = true;
+		local_pending_slots--;
+	}
+	decision->lease_id = lease_id;
+	decision->reason = FS_REASON_GRANTED;
+	d.reason = FS_REASON_GRANTED;
+	d.granted = 1;
+	fs_decision_log(&d);
+	return;
+
+fail_open:
+	decision->lease_id = (int64) pg_atomic_fetch_add_u64(&fs_shared->next_lease_id, 1);
+	decision->reason = FS_REASON_FAIL_OPEN;
+	FS_COUNT_GLOBAL(fail_open);
+	d.reason = FS_REASON_FAIL_OPEN;
+	d.granted = 1;
+	fs_decision_log(&d);
+}
+
+/*
+ * Remove a LIVE or ORPHAN lease found under its lock (expired, or left by a
+ * tenant entry that was reused), and give back its slot (or its orphan
+ * pin).  Returns with the lock released.
+ */
+static void
+fs_lease_expire_locked(FsLease *lease, uint32 hashvalue, LWLock *lock, bool at_xact_end)
+{
+	FsTenant   *tenant = lease->tenant;
+	uint32		generation = lease->tenant_generation;
+	bool		orphan = lease->state == FS_LEASE_ORPHAN;
+	bool		count_ok;
+
+	fs_lease_heap_remove(hashvalue, lease);
+	fs_lease_remove(lease, hashvalue);
+	LWLockRelease(lock);
+	count_ok = fs_lease_pin_release(tenant, generation, orphan, !orphan);
+	if (!orphan)
+		FS_COUNT_GLOBAL(leases_expired);
+	fs_lease_count_was_wrong(!count_ok, at_xact_end);
+}
+
+/*
+ * What a lease operation that checks its caller found.
+ */
+typedef enum FsLeaseOpResult
+{
+	FS_LEASE_OP_FALSE = 0,		/* unknown, expired or being released */
+	FS_LEASE_OP_TRUE,			/* done */
+	FS_LEASE_OP_CHECK_OWNER		/* another role's: check the caller, retry */
+} FsLeaseOpResult;
+
+/*
+ * Under the lease's lock: may the caller act on `lease` without a catalog
+ * check?  Yes when nobody checks (internal callers: check == false), when
+ * the lease has no owner, when the caller is its owner, or when the caller
+ * was already found allowed for this owner (`allowed`).  Otherwise *owner
+ * gets the owner, for fs_lease_check_caller() once the lock is released.
+ */
+static inline bool
+fs_lease_caller_ok(const FsLease *lease, bool check, Oid allowed, Oid *owner)
+{
+	if (!check || !OidIsValid(lease->owner) || lease->owner == GetUserId() ||
+		lease->owner == allowed)
+		return true;
+	*owner = lease->owner;
+	return false;
+}
+
+/*
+ * May the current user release or renew a lease of `owner`?  Its owner, a
+ * role with the owner's privileges (so also a superuser), or a member of
+ * fairshare_admin may; anyone else gets an error.  Reads the catalogs:
+ * never call it under a lease lock.
+ */
+static void
+fs_lease_check_caller(int64 lease_id, Oid owner, const char *action)
+{
+	Oid			user = GetUserId();
+	Oid			admin;
+	char	   *owner_name;
+
+	if (has_privs_of_role(user, owner))
+		return;
+	admin = get_role_oid(FS_ADMIN_ROLE, true);
+	if (OidIsValid(admin) && is_member_of_role(user, admin))
+		return;
+
+	owner_name = GetUserNameFromId(owner, true);
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to %s lease " INT64_FORMAT, action, lease_id),
+			 owner_name != NULL ?
+			 errdetail("The lease was taken by role \"%s\".", owner_name) :
+			 errdetail("The lease was taken by a role that no longer exists."),
+			 errhint("%s a lease as the role that took it, or as a member of fairshare_admin.",
+					 strcmp(action, "renew") == 0 ? "Renew" : "Release")));
+}
+
+/*
+ * Release a lease: see fs_slot_release().  With `check`, a lease of another
+ * role than the caller (and than `allowed`) is left alone and
+ * FS_LEASE_OP_CHECK_OWNER returned with its owner in *owner.
+ */
+static FsLeaseOpResult
+fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
+				   bool check, Oid allowed, Oid *owner)
+{
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+	FsTenant   *tenant;
+	uint32		generation;
+	int			acquired;
+	bool		count_ok;
+
+	*held_usecs = 0;
+	fs_local_reserve();
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_FIND, NULL);
+	if (lease == NULL || lease->state == FS_LEASE_RELEASING)
+	{
+		LWLockRelease(lock);
+		return FS_LEASE_OP_FALSE;
+	}
+	if (!fs_lease_caller_ok(lease, check, allowed, owner))
+	{
+		LWLockRelease(lock);
+		return FS_LEASE_OP_CHECK_OWNER;
+	}
+	if (lease->expires_at <= now)
+	{
+		fs_lease_expire_locked(lease, hashvalue, lock, false);
+		return FS_LEASE_OP_FALSE;
+	}
+
+	tenant = lease->tenant;
+	generation = lease->tenant_generation;
+	*held_usecs = now - lease->acquired_at;
+
+	if (lease->state == FS_LEASE_ORPHAN)
+	{
+		/* Its holder finished after a crash: forget it. */
+		fs_lease_heap_remove(hashvalue, lease);
+		fs_lease_remove(lease, hashvalue);
+		LWLockRelease(lock);
+		count_ok = fs_lease_pin_release(tenant, generation, true, false);
+		fs_lease_count_was_wrong(!count_ok, false);
+		return FS_LEASE_OP_TRUE;
+	}
+
+	acquired = fs_local_find(lease_id, FS_LOCAL_ACQUIRED);
+	if (acquired >= 0 && local_leases[acquired].subid == GetCurrentSubTransactionId())
+	{
+		/* Acquired in this very (sub)transaction: free it now. */
+		int			took_over = local_leases[acquired].took_over;
+
+		fs_lease_heap_remove(hashvalue, lease);
+		fs_lease_remove(lease, hashvalue);
+		LWLockRelease(lock);
+		local_leases[acquired].kind = FS_LOCAL_DEAD;
+		if (took_over > 0)
+		{
+			/* The release it took over may be taken over again. */
+			local_leases[took_over - 1].handed_over = false;
+			local_pending_slots++;
+		}
+		count_ok = fs_lease_pin_release(tenant, generation, false, false);
+		fs_local_trim();
+		fs_lease_count_was_wrong(!count_ok, false);
+		return FS_LEASE_OP_TRUE;
+	}
+
+	/* Released at commit; until then no sweep may expire it. */
+	fs_lease_heap_remove(hashvalue, lease);
+	lease->state = FS_LEASE_RELEASING;
+	lease->holder_pid = MyProcPid;
+	LWLockRelease(lock);
+	fs_local_push(lease_id, tenant, generation, FS_LOCAL_RELEASING, 0);
+	local_pending_slots++;
+	return FS_LEASE_OP_TRUE;
+}
+
+/*
+ * Release a lease, whoever owns it (fairshare's own callers: fs_claim() and
+ * the running-table triggers).  True if it was live (or an orphan from
+ * before a crash) and is now released (at once, or at commit: see the file
+ * header); false if it is unknown, expired, or already released.
+ */
+bool
+fs_slot_release(int64 lease_id, TimestampTz now, int64 *held_usecs)
+{
+	Oid			owner;
+
+	return fs_slot_release_as(lease_id, now, held_usecs, false, InvalidOid, &owner) ==
+		FS_LEASE_OP_TRUE;
+}
+
+/*
+ * Extend a live lease to now + lease_usecs.  An orphan from before a crash is
+ * counted again (re-registered); a lease without an owner becomes the
+ * caller's.  False if the lease is unknown, expired, or being released.  A
+ * lease of another role than the caller (and than `allowed`) is left alone
+ * and FS_LEASE_OP_CHECK_OWNER returned with its owner in *owner.
+ */
+static FsLeaseOpResult
+fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed, Oid *owner)
+{
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+	FsTenant   *tenant;
+	TimestampTz expires_at = now + lease_usecs;
+	bool		count_ok = true;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_FIND, NULL);
+	if (lease == NULL || lease->state == FS_LEASE_RELEASING)
+	{
+		LWLockRelease(lock);
+		return FS_LEASE_OP_FALSE;
+	}
+	if (!fs_lease_caller_ok(lease, true, allowed, owner))
+	{
+		LWLockRelease(lock);
+		return FS_LEASE_OP_CHECK_OWNER;
+	}
+	if (lease->expires_at <= now || !fs_lease_tenant_ok(lease))
+	{
+		/* Expired, or its tenant's entry is gone: so is the lease. */
+		fs_lease_expire_locked(lease, hashvalue, lock, false);
+		return FS_LEASE_OP_FALSE;
+	}
+
+	tenant = lease->tenant;
+	fs_lease_heap_remove(hashvalue, lease);
+	lease->expires_at = expires_at;
+	fs_lease_heap_add(hashvalue, lease);
+	if (!OidIsValid(lease->owner))
+		lease->owner = GetUserId();
+	if (lease->state == FS_LEASE_ORPHAN)
+	{
+		lease->state = FS_LEASE_LIVE;
+		SpinLockAcquire(&tenant->mutex);
+		if (tenant->orphan_leases > 0)
+			tenant->orphan_leases--;
+		else
+			count_ok = false;
+		tenant->slots_in_use++;
+		if (expires_at < tenant->earliest_expiry)
+			tenant->earliest_expiry = expires_at;
+		SpinLockRelease(&tenant->mutex);
+		pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
+		LWLockRelease(lock);
+		FS_COUNT_GLOBAL(leases_reregistered);
+		fs_lease_count_was_wrong(!count_ok, false);
+		return FS_LEASE_OP_TRUE;
+	}
+	fs_tenant_note_expiry(tenant, expires_at);
+	LWLockRelease(lock);
+	return FS_LEASE_OP_TRUE;
+}
+
+/* ----------------------------------------------------------------
+ * Sweeping expired leases
+ * ----------------------------------------------------------------
+ */
+
+/* What a sweep copies out of an expired lease, to give back after the lock. */
+typedef struct FsExpiredLease
+{
+	FsTenant   *tenant;			/* pinned by the slot (or orphan pin) the
+								 * lease held, until it is given back */
+	uint32		generation;
+	bool		orphan;
+} FsExpiredLease;
+
+/*
+ * Free up to `max_leases` leases that expired by `now`, one partition at a
+ * time.  Under a partition's lock only the expired tops of its heaps are
+ * taken off, at most FS_SWEEP_BATCH leases per hold, and copied out; their
+ * slots are given back once the lock is released.  A partition whose earliest
+ * expiry is still to come is passed over without its lock, so the work is
+ * in proportion to the leases that expired, not to the table.  RELEASING
+ * leases are in no heap: their transactions settle them.  Returns the
+ * number of leases freed.
+ */
+static int
+fs_lease_sweep(TimestampTz now, int max_leases)
+{
+	FsExpiredLease batch[FS_SWEEP_BATCH];
+	int			freed = 0;
+	bool		counts_ok = true;
+	int			p;
+
+	/* See every heap top published before this sweep began. */
+	pg_memory_barrier();
+	for (p = 0; p < FS_LEASE_PARTITIONS && freed < max_leases; p++)
+	{
+		FsLeasePartition *part = &fs_lease_parts[p];
+		LWLock	   *lock = &fs_lease_locks[p].lock;
+
+		while (freed < max_leases &&
+			   (TimestampTz) pg_atomic_read_u64(&part->earliest_expiry) <= now)
+		{
+			int			want = Min(FS_SWEEP_BATCH, max_leases - freed);
+			int			n = 0;
+			int			h;
+			int			i;
+
+			LWLockAcquire(lock, LW_EXCLUSIVE);
+			for (h = 0; h < FS_LEASE_HEAPS && n < want; h++)
+			{
+				pairingheap heap = {fs_lease_expiry_cmp, NULL, part->roots[h]};
+
+				if (part->tops[h] > now)
+					continue;
+				while (n < want && heap.ph_root != NULL)
+				{
+					FsLease    *lease = pairingheap_container(FsLease, expiry_node,
+															  heap.ph_root);
+					int64		lease_id = lease->lease_id;
+
+					if (lease->expires_at > now)
+						break;
+					(void) pairingheap_remove_first(&heap);
+					batch[n].tenant = lease->tenant;
+					batch[n].generation = lease->tenant_generation;
+					batch[n].orphan = lease->state == FS_LEASE_ORPHAN;
+					n++;
+					fs_scan_list_remove(&lease->scan_link);
+					hash_search(fs_lease_hash, &lease_id, HASH_REMOVE, NULL);
+				}
+				fs_lease_heap_store(part, h, heap.ph_root);
+			}
+			LWLockRelease(lock);
+
+			for (i = 0; i < n; i++)
+				if (!fs_lease_pin_release(batch[i].tenant, batch[i].generation,
+										  batch[i].orphan, !batch[i].orphan))
+					counts_ok = false;
+			freed += n;
+			if (n < want)
+				break;			/* nothing else in this partition has expired */
+		}
+	}
+
+	if (freed > 0)
+	{
+		SpinLockAcquire(&fs_shared->stats_mutex);
+		fs_shared->stats.leases_expired += freed;
+		SpinLockRelease(&fs_shared->stats_mutex);
+	}
+	fs_lease_count_was_wrong(!counts_ok, false);
+	return freed;
+}
+
+/*
+ * Free every expired lease (the background sweeper).  No lock is held for
+ * more than FS_SWEEP_BATCH leases.  Returns the number of leases freed.
+ */
+int
+fs_sweep_expired_leases(TimestampTz now)
+{
+	return fs_lease_sweep(now, INT_MAX);
+}
+
+/* ----------------------------------------------------------------
+ * Iteration and restore (views, state file)
+ * ----------------------------------------------------------------
+ */
+
+/* fs_lease_foreach()'s state: the caller's visitor and its argument. */
+typedef struct FsLeaseVisit
+{
+	fs_lease_visitor visitor;
+	void	   *arg;
+} FsLeaseVisit;
+
+/* fs_scan_table() visitor of fs_lease_foreach(): hand on the lease's facts. */
+static void
+fs_lease_visit_copy(void *hash_entry, void *arg)
+{
+	FsLease    *lease = (FsLease *) hash_entry;
+	FsLeaseVisit *visit = (FsLeaseVisit *) arg;
+	FsLeaseInfo info;
+
+	info.lease_id = lease->lease_id;
+	/* The key never changes while the tenant is pinned. */
+	info.tenant_key = lease->tenant->key;
+	info.acquired_at = lease->acquired_at;
+	info.expires_at = lease->expires_at;
+	info.holder_pid = lease->holder_pid;
+	info.owner = lease->owner;
+	info.state = lease->state;
+	visit->visitor(&info, visit->arg);
+}
+
+/*
+ * Call `visitor` with the facts of every lease, a batch at a time
+ * (fs_scan_table(): one lease partition lock held for one batch, so a
+ * sweep, an acquire or a release of that partition waits for a batch at
+ * most).  A lease
+ * that exists throughout is visited once; one taken or released meanwhile
+ * may or may not be.  The visitor must be quick and must not fail or block.
+ */
+void
+fs_lease_foreach(fs_lease_visitor visitor, void *arg)
+{
+	FsLeaseVisit visit;
+
+	visit.visitor = visitor;
+	visit.arg = arg;
+	fs_scan_table(&fs_lease_scan, fs_lease_visit_copy, &visit);
+}
+
+/* Number of leases: see fs_tenant_count(). */
+long
+fs_lease_count(void)
+{
+	return hash_get_num_entries(fs_lease_hash);
+}
+
+/*
+ * Put a lease back while restoring state in the postmaster (no locks: no
+ * backend exists yet).  A live lease is counted in its tenant's slots; an
+ * orphan only pins the tenant until it is renewed.  `owner` is InvalidOid
+ * for a lease from a state file that did not record owners.
+ */
+bool
+fs_lease_restore(int64 lease_id, FsTenant *tenant, Oid owner, TimestampTz acquired_at,
+				 TimestampTz expires_at, bool orphan)
+{
+	FsLease    *lease;
+	bool		found;
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+
+	Assert(!IsUnderPostmaster);
+	if (orphan && tenant->orphan_leases == PG_UINT16_MAX)
+		return false;
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_ENTER_NULL, &found);
+	if (lease == NULL || found)
+		return false;
+	lease->tenant = tenant;
+	lease->tenant_generation = tenant->generation;
+	lease->acquired_at = acquired_at;
+	lease->expires_at = expires_at;
+	lease->holder_pid = 0;
+	lease->owner = owner;
+	if (orphan)
+	{
+		lease->state = FS_LEASE_ORPHAN;
+		tenant->orphan_leases++;
+	}
+	else
+	{
+		lease->state = FS_LEASE_LIVE;
+		tenant->slots_in_use++;
+		pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
+		if (expires_at < tenant->earliest_expiry)
+			tenant->earliest_expiry = expires_at;
+	}
+	fs_lease_heap_add(hashvalue, lease);
+	fs_scan_list_add(&fs_lease_scan, hashvalue % FS_LEASE_PARTITIONS, &lease->scan_link);
+	return true;
+}
+
+/* ----------------------------------------------------------------
+ * Transaction ends
+ * ----------------------------------------------------------------
+ */
+
+/* Make a lease this transaction was releasing live again. */
+static void
+fs_lease_unrelease(int64 lease_id)
+{
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_FIND, NULL);
+	if (lease != NULL && lease->state == FS_LEASE_RELEASING &&
+		lease->holder_pid == MyProcPid)
+	{
+		lease->state = FS_LEASE_LIVE;
+		fs_lease_heap_add(hashvalue, lease);
+		if (fs_lease_tenant_ok(lease))
+			fs_tenant_note_expiry(lease->tenant, lease->expires_at);
+		else
+		{
+			/* Its tenant's entry is gone, and so is its slot. */
+			fs_lease_expire_locked(lease, hashvalue, lock, true);
+			return;
+		}
+	}
+	LWLockRelease(lock);
+}
+
+/* Remove a lease this transaction acquired or released, and free its slot. */
+static void
+fs_lease_drop(int64 lease_id)
+{
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+	FsTenant   *tenant;
+	uint32		generation;
+	bool		count_ok;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										HASH_FIND, NULL);
+	if (lease == NULL || lease->state == FS_LEASE_ORPHAN)
+	{
+		/* Already expired and swept: nothing left to give back. */
+		LWLockRelease(lock);
+		return;
+	}
+	tenant = lease->tenant;
+	generation = lease->tenant_generation;
+	if (lease->state != FS_LEASE_RELEASING)
+		fs_lease_heap_remove(hashvalue, lease);
+	fs_lease_remove(lease, hashvalue);
+	LWLockRelease(lock);
+	count_ok = fs_lease_pin_release(tenant, generation, false, false);
+	fs_lease_count_was_wrong(!count_ok, true);
+}
+
+/*
+ * Settle the records of the whole transaction (subid == InvalidSubTransactionId)
+ * or of one aborted subtransaction.
+ */
+static void
+fs_local_settle(bool commit, SubTransactionId subid)
+{
+	int			i;
+	bool		all = subid == InvalidSubTransactionId;
+
+	if (commit)
+	{
+		for (i = 0; i < local_count; i++)
+			if (local_leases[i].kind == FS_LOCAL_RELEASING)
+				fs_lease_drop(local_leases[i].lease_id);
+		return;
+	}
+
+	/* Abort: first make releases live again, then drop what was acquired. */
+	for (i = 0; i < local_count; i++)
+	{
+		FsLocalLease *rec = &local_leases[i];
+
+		if (rec->kind == FS_LOCAL_RELEASING && (all || rec->subid == subid))
+		{
+			fs_lease_unrelease(rec->lease_id);
+			if (!rec->handed_over)
+				local_pending_slots--;
+			rec->kind = FS_LOCAL_DEAD;
+		}
+	}
+	for (i = 0; i < local_count; i++)
+	{
+		FsLocalLease *rec = &local_leases[i];
+
+		if (rec->kind == FS_LOCAL_ACQUIRED && (all || rec->subid == subid))
+		{
+			fs_lease_drop(rec->lease_id);
+			if (rec->took_over > 0)
+			{
+				FsLocalLease *from = &local_leases[rec->took_over - 1];
+
+				/* The release it took from lives on in an outer level. */
+				if (from->kind == FS_LOCAL_RELEASING && from->handed_over)
+				{
+					from->handed_over = false;
+					local_pending_slots++;
+				}
+			}
+			rec->kind = FS_LOCAL_DEAD;
+		}
+	}
+}
+
+static void
+fs_local_reset(void)
+{
+	local_count = 0;
+	local_pending_slots = 0;
+	/* Give back memory after an unusually busy transaction. */
+	if (local_capacity > 1024)
+	{
+		pfree(local_leases);
+		local_leases = NULL;
+		local_capacity = 0;
+	}
+}
+
+static void
+fs_slots_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	if (local_count == 0)
+		return;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			fs_local_trim();
+			if (local_count == 0)
+				break;
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that acquired or released fairshare slots"),
+					 errhint("Acquire and release slots outside the prepared transaction.")));
+			break;
+		case XACT_EVENT_COMMIT:
+			fs_local_settle(true, InvalidSubTransactionId);
+			fs_local_reset();
+			break;
+		case XACT_EVENT_ABORT:
+			fs_local_settle(false, InvalidSubTransactionId);
+			fs_local_reset();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+fs_slots_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg pg_attribute_unused())
+{
+	int			i;
+
+	if (local_count == 0)
+		return;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_COMMIT_SUB:
+			for (i = 0; i < local_count; i++)
+				if (local_leases[i].subid == mySubid)
+					local_leases[i].subid = parentSubid;
+			break;
+		case SUBXACT_EVENT_ABORT_SUB:
+			fs_local_settle(false, mySubid);
+			fs_local_trim();
+			break;
+		default:
+			break;
+	}
+}
+
+void
+fs_slots_init(void)
+{
+	RegisterXactCallback(fs_slots_xact_callback, NULL);
+	RegisterSubXactCallback(fs_slots_subxact_callback, NULL);
+}
+
+/* ----------------------------------------------------------------
+ * SQL functions
+ * ----------------------------------------------------------------
+ */
+
+/* fs_acquire_slot(tenant text, queue text, lease interval) RETURNS bigint */
+Datum
+fs_acquire_slot(PG_FUNCTION_ARGS)
+{
+	char		tenant[FS_NAME_BUFLEN];
+	char		queue_name[FS_NAME_BUFLEN];
+	int64		lease_usecs;
+	FsSlotDecision decision;
+	FsQueue    *queue;
+
+	fs_check_loaded();
+	fs_name_arg(fcinfo, 0, "tenant", tenant);
+	fs_name_arg(fcinfo, 1, "queue", queue_name);
+	lease_usecs = fs_lease_interval_arg(fcinfo, 2, "lease");
+
+	queue = fs_queue_lookup(queue_name, true);
+	fs_slot_acquire(queue, tenant, lease_usecs, fs_now(), &decision);
+	FS_DEBUG_CHECK_TENANT(queue, tenant);
+	if (decision.lease_id == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(decision.lease_id);
+}
+
+/*
+ * fs_release_slot(lease_id bigint) RETURNS boolean
+ *
+ * For the role that took the lease (or one allowed to act for it: see
+ * fs_lease_check_caller()); false for an unknown lease, whoever asks.  A
+ * NULL lease id (a denied fs_acquire_slot()) gives NULL, as a strict
+ * function would: fs_release_slot(fs_acquire_slot(...)) never fails.
+ */
+Datum
+fs_release_slot(PG_FUNCTION_ARGS)
+{
+	int64		lease_id;
+	int64		held_usecs;
+
+	FsLeaseOpResult result;
+	Oid			allowed = InvalidOid;
+	Oid			owner = InvalidOid;
+	TimestampTz now;
+
+	fs_check_loaded();
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	lease_id = PG_GETARG_INT64(0);
+	now = fs_now();
+
+	/*
+	 * Another role's lease: check the caller with no lock held (an error
+	 * leaves the lease as it was), then try again.  An owner never changes
+	 * once set, so a second round finds the one just allowed.
+	 */
+	while ((result = fs_slot_release_as(lease_id, now, &held_usecs, true, allowed, &owner)) ==
+		   FS_LEASE_OP_CHECK_OWNER)
+	{
+		fs_lease_check_caller(lease_id, owner, "release");
+		allowed = owner;
+	}
+	PG_RETURN_BOOL(result == FS_LEASE_OP_TRUE);
+}
+
+/*
+ * fs_renew_slot(lease_id bigint, lease interval) RETURNS boolean
+ *
+ * Who may: as fs_release_slot().  A NULL lease id gives NULL; a NULL lease
+ * interval is an error (there is no lease length to renew to).
+ */
+Datum
+fs_renew_slot(PG_FUNCTION_ARGS)
+{
+	int64		lease_id;
+	int64		lease_usecs;
+
+	FsLeaseOpResult result;
+	Oid			allowed = InvalidOid;
+	Oid			owner = InvalidOid;
+	TimestampTz now;
+
+	fs_check_loaded();
+	lease_usecs = fs_lease_interval_arg(fcinfo, 1, "lease");
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	lease_id = PG_GETARG_INT64(0);
+	now = fs_now();
+
+	/* As in fs_release_slot(). */
+	while ((result = fs_slot_renew_as(lease_id, lease_usecs, now, allowed, &owner)) ==
+		   FS_LEASE_OP_CHECK_OWNER)
+	{
+		fs_lease_check_caller(lease_id, owner, "renew");
+		allowed = owner;
+	}
+	PG_RETURN_BOOL(result == FS_LEASE_OP_TRUE);
+}

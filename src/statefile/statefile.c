@@ -1,0 +1,796 @@
+/*-------------------------------------------------------------------------
+ *
+ * statefile.c
+ *	  Saving fairshare's shared state to pg_stat/fairshare.state and
+ *	  restoring it at startup.
+ *
+ * The file is a header followed by tagged sections and a CRC-32C of all of
+ * it.  It is written whole to a temporary file and renamed into place with
+ * durable_rename(), so a reader sees the old file or the new one, never a
+ * mix.  At startup it is read into memory and checked completely (magic,
+ * version, record sizes, CRC, every length) before anything is applied: a
+ * damaged or foreign file is logged and ignored.
+ *
+ * The postmaster restores the file when it creates shared memory (at start,
+ * and again after a crash), and writes it at a clean shutdown.  See
+ * statefile.h for what each kind of file holds.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catalog/pg_control.h"
+#include "common/controldata_utils.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "port/pg_crc32c.h"
+#include "storage/fd.h"
+#include "storage/ipc.h"
+#include "utils/memutils.h"
+
+#include "fairq/fairqueue.h"
+#include "slots/slots.h"
+#include "statefile/statefile.h"
+
+PG_FUNCTION_INFO_V1(fs_save_state_now);
+
+#define FS_STATE_MAGIC		0x46535331	/* "FSS1" */
+
+/*
+ * Format versions: 2 added the owner role to each lease (FsLeaseRecord).
+ * A version 1 file is still read: its leases come back without an owner
+ * (see FsLease.owner).  Any other version is ignored.
+ */
+#define FS_STATE_VERSION	2
+#define FS_STATE_VERSION_NO_OWNERS	1
+
+/* Refuse to read files larger than this (a sanity bound, not a format limit). */
+#define FS_STATE_MAX_BYTES	((Size) 512 * 1024 * 1024)
+
+/* Restored times older than this are taken as "now" (a damaged file). */
+#define FS_RESTORE_MAX_AGE	(INT64CONST(3660) * USECS_PER_DAY)
+
+/*
+ * After a crash, lease ids restart this far above the last save's figure:
+ * more than a million grants a second for a week between two saves.
+ */
+#define FS_LEASE_ID_CRASH_MARGIN	(INT64CONST(1) << 40)
+
+/*
+ * The highest next lease id a file may carry.  Ids start at the clock in
+ * microseconds (about 2^50 today); this leaves 2^62 ids of room, so that no
+ * id handed out after a restore can wrap past INT64_MAX.  A file above it is
+ * damaged, whatever its CRC says.
+ */
+#define FS_LEASE_ID_MAX				(PG_INT64_MAX / 2)
+
+typedef struct FsStateHeader
+{
+	uint32		magic;
+	uint32		version;
+	uint32		kind;			/* FsStateKind */
+	uint32		tenant_size;	/* sizeof(FsTenant) when written */
+	uint32		lease_size;		/* sizeof(FsLeaseRecord) */
+	uint32		stats_size;		/* sizeof(FsGlobalStats) */
+	TimestampTz saved_at;
+	int64		next_lease_id;
+} FsStateHeader;
+
+/* Sections.  Unknown tags are skipped, so new sections need no new version. */
+typedef enum FsSectionTag
+{
+	FS_SECTION_QUEUES = 1,		/* FsQueueKey; a queue's index is its order */
+	FS_SECTION_TENANTS = 2,		/* FsTenant, key.queue_id = queue index */
+	FS_SECTION_LEASES = 3,		/* FsLeaseRecord */
+	FS_SECTION_STATS = 4,		/* FsGlobalStats */
+	/* 5 and 6: fair dequeue (FS_SECTION_FAIRQ_* in fairqueue.h) */
+	FS_SECTION_END = 0xFFFF
+} FsSectionTag;
+
+typedef struct FsSectionHeader
+{
+	uint32		tag;
+	uint32		item_size;
+	uint64		count;
+} FsSectionHeader;
+
+typedef struct FsLeaseRecord
+{
+	int64		lease_id;
+	uint32		queue_index;
+	char		tenant[FS_NAME_BUFLEN];
+	TimestampTz acquired_at;
+	TimestampTz expires_at;
+	Oid			owner;			/* since version 2 */
+} FsLeaseRecord;
+
+/* A lease as version 1 wrote it: no owner. */
+typedef struct FsLeaseRecordV1
+{
+	int64		lease_id;
+	uint32		queue_index;
+	char		tenant[FS_NAME_BUFLEN];
+	TimestampTz acquired_at;
+	TimestampTz expires_at;
+} FsLeaseRecordV1;
+
+StaticAssertDecl(sizeof(FsLeaseRecord) != sizeof(FsLeaseRecordV1),
+				 "the lease records of versions 1 and 2 must differ in size");
+
+/* The size of a lease record in a file of this version. */
+static inline uint32
+fs_lease_record_size(uint32 version)
+{
+	return version == FS_STATE_VERSION_NO_OWNERS ? sizeof(FsLeaseRecordV1) : sizeof(FsLeaseRecord);
+}
+
+/* ----------------------------------------------------------------
+ * Writing
+ * ----------------------------------------------------------------
+ */
+
+typedef struct FsSaveContext
+{
+	StringInfo	buf;
+	uint64		count;
+	uint64		capacity;		/* records the buffer was enlarged for */
+	uint32		nqueues;		/* queues written; newer ones are skipped */
+} FsSaveContext;
+
+/*
+ * Start a section: returns where its header is, for fs_statefile_section_end
+ * to fill in the count.  Capabilities with state of their own write their
+ * sections with these (see fairqueue.c).
+ */
+Size
+fs_statefile_section_begin(StringInfo buf, uint32 tag, uint32 item_size)
+{
+	FsSectionHeader header = {tag, item_size, 0};
+	Size		at = buf->len;
+
+	appendBinaryStringInfo(buf, (char *) &header, sizeof(header));
+	return at;
+}
+
+void
+fs_statefile_section_end(StringInfo buf, Size at, uint64 count)
+{
+	((FsSectionHeader *) (buf->data + at))->count = count;
+}
+
+static void
+fs_save_tenant(const FsTenant *tenant, void *arg)
+{
+	FsSaveContext *ctx = (FsSaveContext *) arg;
+	FsTenant	record;
+
+	/* Queues are written in id order, so a queue's index is its id. */
+	/*
+	 * A scan a batch at a time may meet more entries than the table holds
+	 * at once (some come and go meanwhile): past the room made for them,
+	 * they are left out rather than allocated for under the locks.
+	 */
+	if (tenant->key.queue_id >= ctx->nqueues || ctx->count >= ctx->capacity)
+		return;
+	memcpy(&record, tenant, sizeof(FsTenant));
+	appendBinaryStringInfo(ctx->buf, (char *) &record, sizeof(record));
+	ctx->count++;
+}
+
+static void
+fs_save_lease(const FsLeaseInfo *lease, void *arg)
+{
+	FsSaveContext *ctx = (FsSaveContext *) arg;
+	FsLeaseRecord record;
+
+	/* As for tenants: never past the room made for them. */
+	if (lease->tenant_key.queue_id >= ctx->nqueues || ctx->count >= ctx->capacity)
+		return;
+	memset(&record, 0, sizeof(record));
+	record.lease_id = lease->lease_id;
+	record.queue_index = lease->tenant_key.queue_id;
+	memcpy(record.tenant, lease->tenant_key.tenant, FS_NAME_BUFLEN);
+	record.acquired_at = lease->acquired_at;
+	record.expires_at = lease->expires_at;
+	record.owner = lease->owner;
+	appendBinaryStringInfo(ctx->buf, (char *) &record, sizeof(record));
+	ctx->count++;
+}
+
+/*
+ * Write the state file.  Returns true on success; failures are reported at
+ * `elevel` (LOG in the postmaster, WARNING or ERROR in a backend) and leave
+ * the previous file in place.
+ */
+bool
+fs_statefile_save(FsStateKind kind, int elevel)
+{
+	MemoryContext context;
+	MemoryContext old;
+	StringInfoData buf;
+	FsStateHeader header;
+	FsSaveContext ctx;
+	FsGlobalStats stats;
+	Size		at;
+	int			nqueues;
+	int			i;
+	pg_crc32c	crc;
+	char		tmpfile[MAXPGPATH];
+	FILE	   *file;
+	bool		ok = false;
+
+	if (fs_shared == NULL)
+		return false;
+
+	context = AllocSetContextCreate(CurrentMemoryContext,
+									"fairshare state file",
+									ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(context);
+	initStringInfo(&buf);
+
+	memset(&header, 0, sizeof(header));
+	header.magic = FS_STATE_MAGIC;
+	header.version = FS_STATE_VERSION;
+	header.kind = kind;
+	header.tenant_size = sizeof(FsTenant);
+	header.lease_size = sizeof(FsLeaseRecord);
+	header.stats_size = sizeof(FsGlobalStats);
+	header.saved_at = GetCurrentTimestamp();
+	header.next_lease_id = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
+	appendBinaryStringInfo(&buf, (char *) &header, sizeof(header));
+
+	/* Queues, in id order: a queue's index in the file is its id. */
+	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
+	nqueues = fs_shared->num_queues;
+	at = fs_statefile_section_begin(&buf, FS_SECTION_QUEUES, sizeof(FsQueueKey));
+	for (i = 0; i < nqueues; i++)
+		appendBinaryStringInfo(&buf, (char *) &fs_shared->queues[i]->key, sizeof(FsQueueKey));
+	fs_statefile_section_end(&buf, at, nqueues);
+	LWLockRelease(fs_shared->queues_lock);
+	ctx.nqueues = (uint32) nqueues;
+
+	ctx.buf = &buf;
+	if (kind == FS_STATE_CLEAN)
+	{
+		ctx.count = 0;
+		at = fs_statefile_section_begin(&buf, FS_SECTION_TENANTS, sizeof(FsTenant));
+		/* Room for every entry now: the visitor runs under the table's locks. */
+		ctx.capacity = Min((Size) fs_max_tenants,
+						   (MaxAllocSize - (Size) buf.len - 1) / sizeof(FsTenant));
+		enlargeStringInfo(&buf, (int) (ctx.capacity * sizeof(FsTenant)));
+		fs_tenant_foreach(fs_save_tenant, &ctx);
+		fs_statefile_section_end(&buf, at, ctx.count);
+
+		SpinLockAcquire(&fs_shared->stats_mutex);
+		memcpy(&stats, &fs_shared->stats, sizeof(stats));
+		SpinLockRelease(&fs_shared->stats_mutex);
+		at = fs_statefile_section_begin(&buf, FS_SECTION_STATS, sizeof(FsGlobalStats));
+		appendBinaryStringInfo(&buf, (char *) &stats, sizeof(stats));
+		fs_statefile_section_end(&buf, at, 1);
+	}
+
+	/* Tenants a lease names were created before the lease: queues suffice. */
+	ctx.count = 0;
+	at = fs_statefile_section_begin(&buf, FS_SECTION_LEASES, sizeof(FsLeaseRecord));
+	/* As for tenants: no allocation while the lease locks are held. */
+	ctx.capacity = Min((Size) fs_max_leases,
+					   (MaxAllocSize - (Size) buf.len - 1) / sizeof(FsLeaseRecord));
+	enlargeStringInfo(&buf, (int) (ctx.capacity * sizeof(FsLeaseRecord)));
+	fs_lease_foreach(fs_save_lease, &ctx);
+	fs_statefile_section_end(&buf, at, ctx.count);
+
+	fs_fairqueue_save_state(&buf, ctx.nqueues, kind == FS_STATE_CLEAN);
+
+	fs_statefile_section_begin(&buf, FS_SECTION_END, 0);
+
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, buf.data, buf.len);
+	FIN_CRC32C(crc);
+	appendBinaryStringInfo(&buf, (char *) &crc, sizeof(crc));
+
+	/*
+	 * Written, flushed and renamed into place with no lock held: each writer
+	 * has a temporary file of its own, and the rename is atomic, so writers
+	 * that meet leave the file of one of them, whole.
+	 */
+	snprintf(tmpfile, sizeof(tmpfile), "%s.%d.tmp", FS_STATE_FILE, MyProcPid);
+	file = AllocateFile(tmpfile, PG_BINARY_W);
+	if (file == NULL)
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not create fairshare state file \"%s\": %m", tmpfile)));
+	else if (fwrite(buf.data, 1, buf.len, file) != (size_t) buf.len || fflush(file) != 0)
+	{
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not write fairshare state file \"%s\": %m", tmpfile)));
+		FreeFile(file);
+		unlink(tmpfile);
+	}
+	else if (FreeFile(file) != 0)
+	{
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not close fairshare state file \"%s\": %m", tmpfile)));
+		unlink(tmpfile);
+	}
+	else if (durable_rename(tmpfile, FS_STATE_FILE, elevel) != 0)
+		unlink(tmpfile);
+	else
+		ok = true;
+
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(context);
+	return ok;
+}
+
+/* ----------------------------------------------------------------
+ * Reading (postmaster only, before any backend exists)
+ * ----------------------------------------------------------------
+ */
+
+typedef struct FsReader
+{
+	const char *data;
+	Size		len;
+	Size		pos;
+} FsReader;
+
+static bool
+fs_read(FsReader *r, void *dst, Size n)
+{
+	if (n > r->len - r->pos)
+		return false;
+	memcpy(dst, r->data + r->pos, n);
+	r->pos += n;
+	return true;
+}
+
+/* Make a name read from the file safe to use: terminated, non-empty. */
+static bool
+fs_name_ok(char *name)
+{
+	name[FS_NAME_MAXLEN] = '\0';
+	return name[0] != '\0';
+}
+
+static char *
+fs_statefile_read_all(Size *len)
+{
+	struct stat st;
+	FILE	   *file;
+	char	   *data;
+
+	if (stat(FS_STATE_FILE, &st) != 0)
+	{
+		if (errno != ENOENT)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not stat fairshare state file \"%s\": %m", FS_STATE_FILE)));
+		return NULL;
+	}
+	if (st.st_size < (off_t) (sizeof(FsStateHeader) + sizeof(pg_crc32c)) ||
+		(Size) st.st_size > FS_STATE_MAX_BYTES)
+	{
+		ereport(LOG,
+				(errmsg("ignoring fairshare state file \"%s\": its size of %lld bytes is not plausible",
+						FS_STATE_FILE, (long long) st.st_size)));
+		return NULL;
+	}
+	file = AllocateFile(FS_STATE_FILE, PG_BINARY_R);
+	if (file == NULL)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not open fairshare state file \"%s\": %m", FS_STATE_FILE)));
+		return NULL;
+	}
+	data = palloc_extended(st.st_size, MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+	if (data == NULL || fread(data, 1, st.st_size, file) != (size_t) st.st_size)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not read fairshare state file \"%s\": %m", FS_STATE_FILE)));
+		FreeFile(file);
+		return NULL;
+	}
+	FreeFile(file);
+	*len = st.st_size;
+	return data;
+}
+
+/*
+ * Check the whole file before applying anything: header, CRC, and that the
+ * sections add up to exactly the file's length.
+ */
+static bool
+fs_statefile_check(const char *data, Size len, FsStateHeader *header)
+{
+	FsReader	r = {data, len - sizeof(pg_crc32c), 0};
+	pg_crc32c	crc;
+	pg_crc32c	stored;
+	FsSectionHeader section;
+
+	memcpy(&stored, data + len - sizeof(pg_crc32c), sizeof(stored));
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, data, len - sizeof(pg_crc32c));
+	FIN_CRC32C(crc);
+
+	if (!fs_read(&r, header, sizeof(*header)) ||
+		header->magic != FS_STATE_MAGIC)
+		return false;
+	/*
+	 * The tenant section is read only when its records are this build's
+	 * (checked where it is read), so a file whose tenant records differ
+	 * still gives back its leases.
+	 */
+	if ((header->version != FS_STATE_VERSION &&
+		 header->version != FS_STATE_VERSION_NO_OWNERS) ||
+		header->lease_size != fs_lease_record_size(header->version) ||
+		header->stats_size != sizeof(FsGlobalStats))
+	{
+		ereport(LOG,
+				(errmsg("ignoring fairshare state file \"%s\": it was written by another version of fairshare",
+						FS_STATE_FILE)));
+		return false;
+	}
+	if (!EQ_CRC32C(crc, stored))
+		return false;
+	if (header->kind != FS_STATE_CLEAN && header->kind != FS_STATE_RUNNING)
+		return false;
+	if (header->next_lease_id <= 0 || header->next_lease_id > FS_LEASE_ID_MAX)
+	{
+		ereport(LOG,
+				(errmsg("ignoring fairshare state file \"%s\": its next lease id " INT64_FORMAT " is out of range",
+						FS_STATE_FILE, header->next_lease_id)));
+		return false;
+	}
+
+	for (;;)
+	{
+		if (!fs_read(&r, &section, sizeof(section)))
+			return false;
+		if (section.tag == FS_SECTION_END)
+			return r.pos == r.len;
+		if (section.item_size == 0 ||
+			section.count > (r.len - r.pos) / section.item_size)
+			return false;
+		r.pos += section.count * section.item_size;
+	}
+}
+
+/*
+ * The queue of index `i` in the file, created on first use: queues come back
+ * only if a restored tenant or lease still belongs to them, so queues nobody
+ * uses any more (or whose database is gone) do not take room forever.
+ */
+static FsQueue *
+fs_restored_queue(FsQueue **queues, FsQueueKey *keys, uint64 nqueues, uint64 i)
+{
+	if (i >= nqueues)
+		return NULL;
+	if (queues[i] == NULL && fs_name_ok(keys[i].name))
+		queues[i] = fs_queue_insert_unlocked(keys[i].dboid, keys[i].name);
+	return queues[i];
+}
+
+/* Restored values are checked as well as the file: keep them in range. */
+static void
+fs_sanitize_tenant(FsTenant *entry, TimestampTz now)
+{
+	if (isnan(entry->token_balance) || isinf(entry->token_balance))
+	{
+		/* Unknown balance: refill when the limits load, like a new tenant. */
+		entry->token_balance = 0;
+		entry->flags |= FS_TENANT_NEW;
+	}
+	if (entry->touched_at > now || entry->touched_at < now - FS_RESTORE_MAX_AGE)
+		entry->touched_at = now;
+	if (isnan(entry->virtual_finish) || isinf(entry->virtual_finish))
+		entry->virtual_finish = 0;
+	if (isnan(entry->served_ms) || isinf(entry->served_ms) || entry->served_ms < 0)
+		entry->served_ms = 0;
+	if (entry->ready_rows < 0)
+		entry->ready_rows = 0;
+	if (entry->max_slots < 0)
+		entry->max_slots = 0;
+	entry->min_slots = Min(Max(entry->min_slots, 0), entry->max_slots);
+	if (!(entry->weight > 0) || isinf(entry->weight))
+		entry->weight = 1.0;
+	if (isnan(entry->budget_ms_per_minute) || isinf(entry->budget_ms_per_minute) ||
+		entry->budget_ms_per_minute < 0)
+		entry->budget_ms_per_minute = -1;
+	if (!(entry->throttle >= 0 && entry->throttle <= 1))
+		entry->throttle = 1.0;
+}
+
+static void
+fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
+{
+	FsReader	r = {data, len - sizeof(pg_crc32c), sizeof(FsStateHeader)};
+	FsSectionHeader section;
+	FsQueue   **queues = NULL;
+	FsQueueKey *queue_keys = NULL;
+	uint64		nqueues = 0;
+	bool		clean = header->kind == FS_STATE_CLEAN;
+	TimestampTz now = GetCurrentTimestamp();
+	uint64		tenants = 0,
+				tenants_dropped = 0,
+				leases = 0,
+				leases_dropped = 0,
+				leases_expired = 0;
+	uint64		i;
+	FsQueue    *queue;
+
+	while (fs_read(&r, &section, sizeof(section)) && section.tag != FS_SECTION_END)
+	{
+		Size		next = r.pos + section.count * section.item_size;
+
+		switch (section.tag)
+		{
+			case FS_SECTION_QUEUES:
+				if (section.item_size != sizeof(FsQueueKey) || queues != NULL)
+					break;
+				nqueues = section.count;
+				queues = palloc0(sizeof(FsQueue *) * Max(nqueues, 1));
+				queue_keys = palloc(sizeof(FsQueueKey) * Max(nqueues, 1));
+				for (i = 0; i < nqueues; i++)
+					fs_read(&r, &queue_keys[i], sizeof(FsQueueKey));
+				break;
+
+			case FS_SECTION_TENANTS:
+				if (!clean || section.item_size != sizeof(FsTenant))
+					break;
+				for (i = 0; i < section.count; i++)
+				{
+					FsTenant	record;
+					FsTenantKey key;
+					FsTenant   *entry;
+
+					fs_read(&r, &record, sizeof(record));
+					queue = fs_restored_queue(queues, queue_keys, nqueues, record.key.queue_id);
+					if (queue == NULL || !fs_name_ok(record.key.tenant))
+					{
+						tenants_dropped++;
+						continue;
+					}
+					fs_tenant_key_init(&key, queue->queue_id, record.key.tenant);
+					entry = fs_tenant_insert_unlocked(&key);
+					if (entry == NULL)
+					{
+						tenants_dropped++;
+						continue;
+					}
+					/* Counters and balances come back; slots come from leases. */
+					entry->token_balance = record.token_balance;
+					entry->touched_at = Min(record.touched_at, now);
+					entry->virtual_finish = record.virtual_finish;
+					/* Backlogs are recounted from the tables on first use. */
+					memcpy(entry->decisions, record.decisions, sizeof(entry->decisions));
+					entry->leases_expired = record.leases_expired;
+					entry->failed_to_deliver = record.failed_to_deliver;
+					entry->served_ms = record.served_ms;
+					/* Until its limits load, keep what it last had. */
+					entry->max_slots = record.max_slots;
+					entry->min_slots = record.min_slots;
+					entry->weight = record.weight;
+					entry->budget_ms_per_minute = record.budget_ms_per_minute;
+					entry->throttle = record.throttle;
+					fs_sanitize_tenant(entry, now);
+					tenants++;
+				}
+				break;
+
+			case FS_SECTION_LEASES:
+				if (section.item_size != fs_lease_record_size(header->version))
+					break;
+				for (i = 0; i < section.count; i++)
+				{
+					FsLeaseRecord record;
+					FsTenantKey key;
+					FsTenant   *entry;
+
+					if (header->version == FS_STATE_VERSION_NO_OWNERS)
+					{
+						FsLeaseRecordV1 v1;
+
+						/* Field by field: the layouts differ. */
+						fs_read(&r, &v1, sizeof(v1));
+						record.lease_id = v1.lease_id;
+						record.queue_index = v1.queue_index;
+						memcpy(record.tenant, v1.tenant, FS_NAME_BUFLEN);
+						record.acquired_at = v1.acquired_at;
+						record.expires_at = v1.expires_at;
+						record.owner = InvalidOid;
+					}
+					else
+						fs_read(&r, &record, sizeof(record));
+					if (record.expires_at <= now)
+					{
+						leases_expired++;
+						continue;
+					}
+					queue = fs_restored_queue(queues, queue_keys, nqueues, record.queue_index);
+					/* Every id was handed out before the file was written. */
+					if (queue == NULL || !fs_name_ok(record.tenant) || record.lease_id <= 0 ||
+						record.lease_id >= header->next_lease_id ||
+						record.acquired_at > record.expires_at)
+					{
+						leases_dropped++;
+						continue;
+					}
+					/* No lease is longer than an acquire or renew can make it. */
+					record.expires_at = Min(record.expires_at, now + FS_MAX_LEASE_USECS);
+					record.acquired_at = Min(record.acquired_at, now);
+					fs_tenant_key_init(&key, queue->queue_id, record.tenant);
+					entry = fs_tenant_insert_unlocked(&key);
+					if (entry == NULL ||
+						!fs_lease_restore(record.lease_id, entry, record.owner, record.acquired_at,
+										  record.expires_at, !clean))
+					{
+						leases_dropped++;
+						continue;
+					}
+					leases++;
+				}
+				break;
+
+			case FS_SECTION_STATS:
+				if (clean && section.item_size == sizeof(FsGlobalStats) && section.count == 1)
+				{
+					fs_read(&r, &fs_shared->stats, sizeof(FsGlobalStats));
+					if (fs_shared->stats.reset_at > now ||
+						fs_shared->stats.reset_at < now - FS_RESTORE_MAX_AGE)
+						fs_shared->stats.reset_at = now;
+				}
+				break;
+
+			case FS_SECTION_FAIRQ_QUEUES:
+			case FS_SECTION_FAIRQ_CLAIMS:
+				fs_fairqueue_restore_section(section.tag, r.data + r.pos, section.item_size,
+											 section.count, queues, nqueues, clean,
+											 header->next_lease_id);
+				break;
+
+			default:
+				break;
+		}
+		r.pos = next;
+	}
+
+	if (!clean)
+		fs_shared->stats.leases_orphaned += leases;
+
+	ereport(LOG,
+			(errmsg("fairshare restored %s state: " UINT64_FORMAT " tenants, " UINT64_FORMAT " %s",
+					clean ? "saved" : "crashed",
+					tenants, leases, clean ? "leases" : "leases to re-register on renew"),
+			 (tenants_dropped + leases_dropped + leases_expired) > 0 ?
+			 errdetail(UINT64_FORMAT " tenants and " UINT64_FORMAT " leases did not fit or were invalid; "
+					   UINT64_FORMAT " leases had expired.",
+					   tenants_dropped, leases_dropped, leases_expired) : 0));
+}
+
+/*
+ * At postmaster exit: save the state, if this was a clean shutdown.
+ *
+ * An immediate shutdown also exits with code 0, but its backends were
+ * killed wherever they were, perhaps holding a spinlock or an LWLock of
+ * ours or in the middle of a transaction: then the shared state must not be
+ * read, let alone trusted.  A clean shutdown is one whose shutdown
+ * checkpoint completed, which pg_control records; otherwise the file stays
+ * "running" and the next start treats this one as a crash.
+ */
+static void
+fs_statefile_shutdown(int code, Datum arg pg_attribute_unused())
+{
+	ControlFileData *control;
+	bool		crc_ok;
+
+	if (code != 0 || !fs_save_state)
+		return;
+	control = get_controlfile(DataDir, &crc_ok);
+	if (!crc_ok ||
+		(control->state != DB_SHUTDOWNED && control->state != DB_SHUTDOWNED_IN_RECOVERY))
+	{
+		ereport(LOG,
+				(errmsg("fairshare did not save its state: the server did not shut down cleanly")));
+		return;
+	}
+	fs_statefile_save(FS_STATE_CLEAN, LOG);
+}
+
+/*
+ * Called in the postmaster when shared memory has just been created.
+ */
+void
+fs_statefile_startup(void)
+{
+	MemoryContext context;
+	MemoryContext old;
+	char	   *data;
+	Size		len = 0;
+	FsStateHeader header;
+	int64		next_id;
+
+	Assert(!IsUnderPostmaster);
+
+	/*
+	 * Lease ids are never reused.  Start at the clock in microseconds since
+	 * 2000 (above the ids of any run that issued fewer than one per
+	 * microsecond), or above the file's, whichever is higher; after a crash,
+	 * the file's figure is as old as its last save, so leave a margin far
+	 * above what a run can issue between two saves.
+	 */
+	next_id = Max(GetCurrentTimestamp(), 1);
+	pg_atomic_write_u64(&fs_shared->next_lease_id, next_id);
+	fs_shared->start_kind = FS_START_FRESH;
+
+	if (!fs_save_state)
+		return;
+
+	context = AllocSetContextCreate(TopMemoryContext, "fairshare restore",
+									ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(context);
+
+	data = fs_statefile_read_all(&len);
+	if (data != NULL)
+	{
+		if (!fs_statefile_check(data, len, &header))
+			ereport(LOG,
+					(errmsg("ignoring fairshare state file \"%s\": it is damaged", FS_STATE_FILE),
+					 errhint("fairshare starts with empty state; the file is replaced at the next save.")));
+		else
+		{
+			int64		file_id = header.next_lease_id;
+
+			fs_statefile_apply(data, len, &header);
+			if (header.kind == FS_STATE_CLEAN)
+				fs_shared->start_kind = FS_START_RESTORED;
+			else
+			{
+				fs_shared->start_kind = FS_START_AFTER_CRASH;
+				if (file_id < PG_INT64_MAX - FS_LEASE_ID_CRASH_MARGIN)
+					file_id += FS_LEASE_ID_CRASH_MARGIN;
+			}
+			if (file_id > next_id)
+				pg_atomic_write_u64(&fs_shared->next_lease_id, file_id);
+		}
+		/*
+		 * What was read is in shared memory now.  Should the file written
+		 * next fail, no stale file must be read again at the next start.
+		 */
+		if (unlink(FS_STATE_FILE) != 0 && errno != ENOENT)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not remove fairshare state file \"%s\": %m", FS_STATE_FILE)));
+	}
+
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(context);
+
+	/* From now on the file says "running": a crash will be recognised. */
+	fs_statefile_save(FS_STATE_RUNNING, LOG);
+	on_shmem_exit(fs_statefile_shutdown, (Datum) 0);
+}
+
+/*
+ * fs_save_state(): write the running state file now (queues and leases),
+ * as the background worker does periodically.  After a crash, the leases it
+ * holds can re-register when renewed.
+ */
+Datum
+fs_save_state_now(PG_FUNCTION_ARGS)
+{
+	fs_check_loaded();
+	if (!fs_save_state)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("fairshare.save_state is off"),
+				 errhint("Set fairshare.save_state = on to save and restore fairshare's state.")));
+	PG_RETURN_BOOL(fs_statefile_save(FS_STATE_RUNNING, WARNING));
+}

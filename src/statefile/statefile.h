@@ -1,0 +1,36 @@
+/*-------------------------------------------------------------------------
+ *
+ * statefile.h
+ *	  Saving fairshare's shared state to a file and restoring it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_STATEFILE_H
+#define FAIRSHARE_STATEFILE_H
+
+#include "lib/stringinfo.h"
+
+#include "core/shmem.h"
+
+#define FS_STATE_FILE		"pg_stat/fairshare.state"
+
+/*
+ * What a state file holds.  A clean shutdown writes FS_STATE_CLEAN with
+ * everything.  While the server runs, the file is FS_STATE_RUNNING: written
+ * at startup and refreshed periodically, it holds the queues and leases
+ * only.  Finding a RUNNING file at startup means the last run crashed: slot
+ * counts start empty, and its leases are kept as orphans that re-register
+ * when their holders renew them.
+ */
+typedef enum FsStateKind
+{
+	FS_STATE_CLEAN = 1,
+	FS_STATE_RUNNING = 2
+} FsStateKind;
+
+extern void fs_statefile_startup(void);
+extern Size fs_statefile_section_begin(StringInfo buf, uint32 tag, uint32 item_size);
+extern void fs_statefile_section_end(StringInfo buf, Size at, uint64 count);
+extern bool fs_statefile_save(FsStateKind kind, int elevel);
+
+#endif							/* FAIRSHARE_STATEFILE_H */
