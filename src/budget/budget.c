@@ -32,42 +32,11 @@
 #include "utils/memutils.h"
 
 #include "budget/budget.h"
+#include "core/decisions.h"
 #include "gate/gate.h"
-#include "views/views.h"
 
 PG_FUNCTION_INFO_V1(fs_spend_tokens);
 PG_FUNCTION_INFO_V1(fs_charge_tokens);
-
-/*
- * Accrue tokens for the time between entry->touched_at and now.  Called
- * (through fs_tenant_touch) with the entry's spinlock held.  A tenant seen
- * for the first time starts with a full bucket (see fs_limits_store()).
- */
-void
-fs_budget_accrue(FsTenant *entry, TimestampTz now)
-{
-	float8		cap = entry->budget_ms_per_minute;
-	float8		elapsed_minutes;
-
-	if (cap < 0)
-		return;
-	elapsed_minutes = (float8) (now - entry->touched_at) / (float8) USECS_PER_MINUTE;
-	entry->token_balance = Max(-FS_BUDGET_MAX_DEBT_MINUTES * cap,
-							   Min(cap, entry->token_balance + elapsed_minutes * cap));
-}
-
-/* Would the bucket be full at `now`?  Entry spinlock held. */
-bool
-fs_budget_is_full(const FsTenant *entry, TimestampTz now)
-{
-	float8		cap = entry->budget_ms_per_minute;
-	float8		elapsed_minutes;
-
-	if (cap < 0)
-		return true;
-	elapsed_minutes = (float8) (now - entry->touched_at) / (float8) USECS_PER_MINUTE;
-	return entry->token_balance + elapsed_minutes * cap >= cap;
-}
 
 /* Are balances unknown at `now` because the server crashed just before? */
 bool

@@ -10,6 +10,7 @@
 #define FAIRSHARE_BUDGET_H
 
 #include "core/shmem.h"
+#include "core/tenant.h"
 
 /*
  * How long after a crash a tenant's balance is unknown: a bucket refills
@@ -23,12 +24,9 @@
  * is paid for, but a mistake (microseconds passed as milliseconds) cannot
  * lock a tenant out for years.  One charge is at most a day of worker time.
  */
-#define FS_BUDGET_MAX_DEBT_MINUTES	1440.0
 #define FS_BUDGET_MAX_CHARGE_MS		(24.0 * 60 * 60 * 1000)
 
 extern void fs_budget_init(void);
-extern void fs_budget_accrue(FsTenant *entry, TimestampTz now);
-extern bool fs_budget_is_full(const FsTenant *entry, TimestampTz now);
 extern bool fs_budget_state_lost(TimestampTz now);
 extern void fs_budget_refund_at_abort(FsQueue *queue, const char *tenant, float8 tokens);
 

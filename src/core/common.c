@@ -18,6 +18,7 @@
 
 #include "core/common.h"
 #include "core/shmem.h"
+#include "core/tenant.h"
 
 /*
  * A partitioned shared hash table hands out at least one element per free
@@ -44,6 +45,7 @@ int			fs_max_leases = 16384;
 int			fs_max_queues = 1024;
 bool		fs_save_state = true;
 double		fs_debug_clock = 0;
+int			fs_fairness_half_life = 60;
 
 #ifdef FS_DEBUG
 static void fs_debug_out_of_memory_assign(const char *newval, void *extra);
@@ -97,6 +99,15 @@ fs_common_init(void)
 							 0, 0, 1e11,
 							 PGC_SUSET, GUC_NOT_IN_SAMPLE | GUC_UNIT_S,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("fairshare.fairness_half_life",
+							"Half-life of the served work behind the fairness metrics.",
+							"Each tenant's served work decays exponentially with this half-life; "
+							"fs_fairness and fs_fair_shares compare tenants over it.",
+							&fs_fairness_half_life,
+							60, 1, 7 * 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
 
 #ifdef FS_DEBUG
 	DefineCustomStringVariable("fairshare.debug_out_of_memory",

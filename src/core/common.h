@@ -34,6 +34,13 @@
 #include "core/lockstats.h"
 
 /*
+ * The role that administers fairshare (sql/fairshare.sql creates it): its
+ * members see every role's schedules and runs, and may release or renew
+ * any role's lease.
+ */
+#define FS_ADMIN_ROLE		"fairshare_admin"
+
+/*
  * Tenant and queue names are text of 1..FS_NAME_MAXLEN bytes.  The limit
  * keeps a tenant's shared-memory entry small and fixed-size; it is the same
  * as PostgreSQL's identifier length.

@@ -7,10 +7,10 @@
  * Each backend keeps the locks it holds, with when and where each was
  * taken, in a small local array; a release measures the hold and, when it
  * is the longest seen for its kind of lock, writes it to shared memory
- * under a spinlock.  Kinds are told apart by the lock's place in
- * fairshare's two tranches ("fairshare" and "fairshare fair dequeue");
- * locks of other tranches taken by fairshare's code (AddinShmemInitLock)
- * are not counted.
+ * under a spinlock.  Each layer names its locks when it sets up its shared
+ * memory (fs_lockstats_name_locks(): a kind of lock is an array of them);
+ * locks no layer named, taken by fairshare's code (AddinShmemInitLock), are
+ * not counted.
  *
  * fs_lock_stats() is not part of the extension's SQL: bench/lockhold
  * declares it in its own database.  In a normal build it exists only to
@@ -28,9 +28,8 @@
 #include "storage/spin.h"
 #include "utils/builtins.h"
 
-#include "fairq/fairqueue_int.h"
+#include "core/common.h"
 #include "core/lockstats.h"
-#include "core/shmem.h"
 
 PG_FUNCTION_INFO_V1(fs_lock_stats);
 
@@ -39,31 +38,22 @@ PG_FUNCTION_INFO_V1(fs_lock_stats);
 /* Holds longer than this are counted (fs_lock_stats().holds_over_1ms). */
 #define FS_LOCKSTATS_LONG_HOLD_US	1000
 
-/* Kinds of fairshare LWLock, by their place in the tranches. */
-typedef enum FsLockKind
+/*
+ * The kinds of lock, as the layers named them: every process names them in
+ * the same order (at shared-memory setup), so a kind's index is the same
+ * everywhere.
+ */
+#define FS_LOCKSTATS_MAX_KINDS	16
+
+typedef struct FsLockKindRange
 {
-	FS_LOCK_QUEUES = 0,			/* FsShared.queues_lock and workers_lock, */
-	FS_LOCK_WORKERS,			/* in their tranche order */
-	FS_LOCK_TENANT_PARTITION,
-	FS_LOCK_LEASE_PARTITION,
-	FS_LOCK_TIER_PARTITION,
-	FS_LOCK_FAIR_ORDER,			/* a queue's fair-order lock (fairqueue.c) */
-	FS_LOCK_CLAIM_PARTITION,	/* the claim map's partitions */
-	FS_NUM_LOCK_KINDS
-} FsLockKind;
+	const char *name;
+	const char *base;			/* the first lock of the array */
+	Size		count;
+} FsLockKindRange;
 
-StaticAssertDecl(FS_LOCK_WORKERS + 1 == FS_MISC_LOCKS,
-				 "every named lock of the fairshare tranche has a kind");
-
-static const char *const fs_lock_kind_names[FS_NUM_LOCK_KINDS] = {
-	"queues",
-	"workers",
-	"tenant partition",
-	"lease partition",
-	"tier partition",
-	"fair order",
-	"claim map partition"
-};
+static FsLockKindRange fs_lock_kinds[FS_LOCKSTATS_MAX_KINDS];
+static int	fs_num_lock_kinds = 0;
 
 /*
  * The longest hold of one kind of lock, in wall-clock time (what the
@@ -86,8 +76,8 @@ typedef struct FsLockHold
 typedef struct FsLockStats
 {
 	slock_t		mutex;			/* protects holds[] */
-	FsLockHold	holds[FS_NUM_LOCK_KINDS];
-	pg_atomic_uint64 nholds[FS_NUM_LOCK_KINDS]; /* every hold, counted */
+	FsLockHold	holds[FS_LOCKSTATS_MAX_KINDS];
+	pg_atomic_uint64 nholds[FS_LOCKSTATS_MAX_KINDS]; /* every hold, counted */
 } FsLockStats;
 
 static FsLockStats *fs_lock_stats_shared = NULL;
@@ -102,7 +92,7 @@ static FsLockStats *fs_lock_stats_shared = NULL;
 typedef struct FsHeldLock
 {
 	LWLock	   *lock;
-	FsLockKind	kind;
+	int			kind;
 	LWLockMode	mode;
 	const char *where;
 	instr_time	since;
@@ -113,45 +103,49 @@ static FsHeldLock fs_held_locks[FS_LOCKSTATS_MAX_HELD];
 static int	fs_num_held_locks = 0;
 
 /*
- * The kind of a lock, or -1 for a lock of no fairshare tranche.  The
- * tranches' locks are arrays of LWLockPadded: a lock belongs to one when it
- * lies inside it on an element's boundary.
+ * The kind of a lock, or -1 for a lock no layer named.  A kind is an array
+ * of LWLockPadded: a lock is of it when it lies inside it on an element's
+ * boundary.
  */
 static int
 fs_lock_kind(const LWLock *lock)
 {
 	const char *at = (const char *) lock;
+	int			k;
 
-	if (fs_shared != NULL && fs_shared->queues_lock != NULL)
+	for (k = 0; k < fs_num_lock_kinds; k++)
 	{
-		const char *base = (const char *) fs_shared->queues_lock;
-		Size		count = FS_TIER_LOCKS_OFFSET + FS_TIER_PARTITIONS;
+		const FsLockKindRange *range = &fs_lock_kinds[k];
 
-		if (at >= base && at < base + count * sizeof(LWLockPadded) &&
-			(at - base) % sizeof(LWLockPadded) == 0)
-		{
-			Size		index = (at - base) / sizeof(LWLockPadded);
-
-			if (index < FS_MISC_LOCKS)
-				return (int) index;
-			if (index < FS_LEASE_LOCKS_OFFSET)
-				return FS_LOCK_TENANT_PARTITION;
-			if (index < FS_TIER_LOCKS_OFFSET)
-				return FS_LOCK_LEASE_PARTITION;
-			return FS_LOCK_TIER_PARTITION;
-		}
-	}
-	if (fs_fair != NULL && fs_max_queues > 0 && fs_fair->queues[0].lock != NULL)
-	{
-		const char *base = (const char *) fs_fair->queues[0].lock;
-		Size		count = (Size) fs_max_queues + FS_CLAIM_PARTITIONS;
-
-		if (at >= base && at < base + count * sizeof(LWLockPadded) &&
-			(at - base) % sizeof(LWLockPadded) == 0)
-			return (at - base) / sizeof(LWLockPadded) < (Size) fs_max_queues ?
-				FS_LOCK_FAIR_ORDER : FS_LOCK_CLAIM_PARTITION;
+		if (at >= range->base && at < range->base + range->count * sizeof(LWLockPadded) &&
+			(at - range->base) % sizeof(LWLockPadded) == 0)
+			return k;
 	}
 	return -1;
+}
+
+/*
+ * Name `count` locks from `locks` on as one kind, for the statistics.
+ * Called by each layer when it sets up its shared memory, in every process
+ * that does (the postmaster, and each backend where shared memory is
+ * attached anew); a kind named again (shared memory set up again after a
+ * crash) keeps its place.
+ */
+void
+fs_lockstats_name_locks(const char *name, LWLockPadded *locks, int count)
+{
+	int			k;
+
+	for (k = 0; k < fs_num_lock_kinds; k++)
+		if (strcmp(fs_lock_kinds[k].name, name) == 0)
+			break;
+	if (k == FS_LOCKSTATS_MAX_KINDS)
+		elog(ERROR, "too many kinds of fairshare lock named for the statistics");
+	fs_lock_kinds[k].name = name;
+	fs_lock_kinds[k].base = (const char *) locks;
+	fs_lock_kinds[k].count = count;
+	if (k == fs_num_lock_kinds)
+		fs_num_lock_kinds++;
 }
 
 /* Forget entries of locks this backend no longer holds (error recovery). */
@@ -197,7 +191,7 @@ fs_lockstats_acquired(LWLock *lock, LWLockMode mode, const char *where)
 		return;
 	held = &fs_held_locks[fs_num_held_locks++];
 	held->lock = lock;
-	held->kind = (FsLockKind) kind;
+	held->kind = kind;
 	held->mode = mode;
 	held->where = where;
 	INSTR_TIME_SET_CURRENT(held->since);
@@ -260,10 +254,17 @@ fs_lockstats_releasing(LWLock *lock)
 	SpinLockRelease(&fs_lock_stats_shared->mutex);
 }
 
-Size
+static Size
 fs_lockstats_shmem_size(void)
 {
 	return sizeof(FsLockStats);
+}
+
+/* Ask for this layer's shared memory (shmem request hook, module.c). */
+void
+fs_lockstats_shmem_request(void)
+{
+	RequestAddinShmemSpace(fs_lockstats_shmem_size());
 }
 
 void
@@ -279,7 +280,7 @@ fs_lockstats_shmem_init(void)
 
 		memset(fs_lock_stats_shared, 0, sizeof(FsLockStats));
 		SpinLockInit(&fs_lock_stats_shared->mutex);
-		for (i = 0; i < FS_NUM_LOCK_KINDS; i++)
+		for (i = 0; i < FS_LOCKSTATS_MAX_KINDS; i++)
 			pg_atomic_init_u64(&fs_lock_stats_shared->nholds[i], 0);
 	}
 }
@@ -297,8 +298,8 @@ Datum
 fs_lock_stats(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo;
-	FsLockHold	holds[FS_NUM_LOCK_KINDS];
-	uint64		nholds[FS_NUM_LOCK_KINDS];
+	FsLockHold	holds[FS_LOCKSTATS_MAX_KINDS];
+	uint64		nholds[FS_LOCKSTATS_MAX_KINDS];
 	int			i;
 
 	fs_check_loaded();
@@ -314,16 +315,16 @@ fs_lock_stats(PG_FUNCTION_ARGS)
 	memcpy(holds, fs_lock_stats_shared->holds, sizeof(holds));
 	memset(fs_lock_stats_shared->holds, 0, sizeof(holds));
 	SpinLockRelease(&fs_lock_stats_shared->mutex);
-	for (i = 0; i < FS_NUM_LOCK_KINDS; i++)
+	for (i = 0; i < FS_LOCKSTATS_MAX_KINDS; i++)
 		nholds[i] = pg_atomic_exchange_u64(&fs_lock_stats_shared->nholds[i], 0);
 
-	for (i = 0; i < FS_NUM_LOCK_KINDS; i++)
+	for (i = 0; i < fs_num_lock_kinds; i++)
 	{
 		Datum		values[9];
 		bool		nulls[9] = {false, false, false, false, false, false, false, false, false};
 		const FsLockHold *hold = &holds[i];
 
-		values[0] = CStringGetTextDatum(fs_lock_kind_names[i]);
+		values[0] = CStringGetTextDatum(fs_lock_kinds[i].name);
 		values[1] = Float8GetDatum((float8) hold->longest_us / 1000.0);
 		if (hold->longest_us == 0 && hold->where[0] == '\0')
 		{
@@ -352,14 +353,20 @@ fs_lock_stats(PG_FUNCTION_ARGS)
 
 #else							/* !FS_LOCK_STATS */
 
-Size
-fs_lockstats_shmem_size(void)
+void
+fs_lockstats_shmem_request(void)
 {
-	return 0;
 }
 
 void
 fs_lockstats_shmem_init(void)
+{
+}
+
+void
+fs_lockstats_name_locks(const char *name pg_attribute_unused(),
+						LWLockPadded *locks pg_attribute_unused(),
+						int count pg_attribute_unused())
 {
 }
 

@@ -24,8 +24,9 @@
 
 #include "storage/lwlock.h"
 
-extern Size fs_lockstats_shmem_size(void);
+extern void fs_lockstats_shmem_request(void);
 extern void fs_lockstats_shmem_init(void);
+extern void fs_lockstats_name_locks(const char *name, LWLockPadded *locks, int count);
 
 #ifdef FS_LOCK_STATS
 

@@ -45,8 +45,8 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 
-#include "core/compat.h"
 #include "core/common.h"
+#include "core/compat.h"
 #include "core/scanlist.h"
 
 /* The cursors, one per PGPROC, in shared memory. */

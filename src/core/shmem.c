@@ -108,18 +108,11 @@
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
 
-#include "budget/budget.h"
 #include "core/compat.h"
-#include "fairq/fairqueue.h"
-#include "gate/gate.h"
 #include "core/lockstats.h"
-#include "limits/limits.h"
+#include "core/scanlist.h"
 #include "core/shmem.h"
-#include "slots/slots.h"
-#include "statefile/statefile.h"
-#include "views/views.h"
-#include "tiers/tiers.h"
-#include "worker/worker.h"
+#include "core/tenant.h"
 
 /* Entries evicted by one pass, as a share of the table (at least one). */
 #define FS_EVICT_FRACTION	0.05
@@ -141,13 +134,16 @@ typedef struct FsLocalQueue
 	FsQueue    *queue;
 } FsLocalQueue;
 
+/* What the layers above ask of the core (shmem.h; module.c sets them). */
+fs_queue_init_hook_type fs_queue_init_hook = NULL;
+fs_tenant_evictable_hook_type fs_tenant_evictable_hook = NULL;
+fs_limits_resolve_hook_type fs_limits_resolve_hook = NULL;
+
 static HTAB *fs_local_queues = NULL;
 
 /* The tenant table's partition lists (scanlist.h). */
 static FsScanTable fs_tenant_scan;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 StaticAssertDecl(sizeof(FsTenant) <= 248,
 				 "a tenant entry must fit in 264 bytes with the hash table's overhead");
@@ -188,7 +184,7 @@ fs_tenant_entry_bytes(void)
 }
 
 static Size
-fs_shmem_size(void)
+fs_core_shmem_size(void)
 {
 	Size		size = MAXALIGN(fs_control_size());
 
@@ -196,56 +192,44 @@ fs_shmem_size(void)
 	size = add_size(size, hash_estimate_size(fs_max_tenants, sizeof(FsTenant)));
 	size = add_size(size, fs_scan_lists_size(FS_TENANT_PARTITIONS));
 	size = add_size(size, fs_scan_cursors_size());
-	size = add_size(size, fs_slots_shmem_size());
-	size = add_size(size, fs_gate_shmem_size());
-	size = add_size(size, fs_telemetry_shmem_size());
-	size = add_size(size, fs_tiers_shmem_size());
-	size = add_size(size, fs_worker_shmem_size());
-	size = add_size(size, fs_fairqueue_shmem_size());
-	size = add_size(size, fs_lockstats_shmem_size());
 	return size;
 }
 
-static void
-fs_shmem_request_hook(void)
+/*
+ * Ask for the core's shared memory (the control structure, the queue and
+ * tenant tables, the scan cursors) and its locks.  From the shmem request
+ * hook (module.c).
+ */
+void
+fs_core_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-
-	RequestAddinShmemSpace(fs_shmem_size());
-	RequestNamedLWLockTranche("fairshare",
-							  FS_TIER_LOCKS_OFFSET + FS_TIER_PARTITIONS);
-	fs_fairqueue_shmem_request();
+	RequestAddinShmemSpace(fs_core_shmem_size());
+	RequestNamedLWLockTranche("fairshare", FS_MISC_LOCKS + FS_TENANT_PARTITIONS);
 }
 
 /*
- * Create or attach to the shared state.  In the postmaster (and again after
- * a crash, when the postmaster re-creates shared memory) this also restores
- * the state file and arranges for it to be written at shutdown.
+ * Create or attach to the core's shared state.  Returns whether it was
+ * there already: false in the postmaster at startup (and again after a
+ * crash, when the postmaster creates shared memory anew), when the state
+ * file is to be restored.  Caller holds AddinShmemInitLock.
  */
-static void
-fs_shmem_startup_hook(void)
+bool
+fs_core_shmem_init(void)
 {
 	bool		found;
 	HASHCTL		info;
 	LWLockPadded *locks;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
 	fs_shared = NULL;
 	fs_queue_hash = NULL;
 	fs_tenant_hash = NULL;
 
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-
+	locks = GetNamedLWLockTranche("fairshare");
 	fs_shared = ShmemInitStruct("fairshare", fs_control_size(), &found);
 	if (!found)
 	{
 		memset(fs_shared, 0, fs_control_size());
-		locks = GetNamedLWLockTranche("fairshare");
 		fs_shared->queues_lock = &locks[0].lock;
-		fs_shared->workers_lock = &locks[1].lock;
 		fs_shared->tenant_locks = &locks[FS_MISC_LOCKS];
 		pg_atomic_init_u32(&fs_shared->limits_generation, 1);
 		pg_atomic_init_u64(&fs_shared->next_lease_id, 1);
@@ -257,6 +241,8 @@ fs_shmem_startup_hook(void)
 		fs_shared->started_at = GetCurrentTimestamp();
 		fs_shared->stats.reset_at = fs_shared->started_at;
 	}
+	fs_lockstats_name_locks("queues", &locks[0], 1);
+	fs_lockstats_name_locks("tenant partition", &locks[FS_MISC_LOCKS], FS_TENANT_PARTITIONS);
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(FsQueueKey);
@@ -281,32 +267,36 @@ fs_shmem_startup_hook(void)
 	fs_tenant_scan.nparts = FS_TENANT_PARTITIONS;
 	fs_tenant_scan.link_offset = offsetof(FsTenant, scan_link);
 	fs_scan_cursors_init();
-
-	fs_slots_shmem_init();
-	fs_gate_shmem_init();
-	fs_telemetry_shmem_init();
-	fs_tiers_shmem_init();
-	fs_worker_shmem_init();
-	fs_fairqueue_shmem_init();
-	fs_lockstats_shmem_init();
-
-	LWLockRelease(AddinShmemInitLock);
-
-	/*
-	 * Only the postmaster restores state and saves it at shutdown.  Backends
-	 * attach to what is there.
-	 */
-	if (!IsUnderPostmaster && !found)
-		fs_statefile_startup();
+	return found;
 }
 
+/*
+ * Copy the names of this database's queues, by queue id (other databases'
+ * queues get ""), for views that print queue ids as names.  The room is
+ * made before the lock: queues are only ever added, so the ones counted
+ * before it are there under it.
+ */
 void
-fs_shmem_request(void)
+fs_queue_names(FsQueueNames *qn)
 {
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = fs_shmem_request_hook;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = fs_shmem_startup_hook;
+	int			i;
+
+	qn->count = Min(fs_shared->num_queues, fs_max_queues);
+	qn->names = palloc0(sizeof(*qn->names) * Max(qn->count, 1));
+	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
+	for (i = 0; i < qn->count; i++)
+		if (fs_shared->queues[i]->key.dboid == MyDatabaseId)
+			strlcpy(qn->names[i], fs_shared->queues[i]->key.name, FS_NAME_BUFLEN);
+	LWLockRelease(fs_shared->queues_lock);
+}
+
+/* A queue's name from fs_queue_names(), or NULL if not this database's. */
+const char *
+fs_queue_name_of(const FsQueueNames *qn, uint32 queue_id)
+{
+	if (queue_id >= (uint32) qn->count || qn->names[queue_id][0] == '\0')
+		return NULL;
+	return qn->names[queue_id];
 }
 
 /* Count one event in the server-wide counters. */
@@ -332,7 +322,8 @@ fs_queue_init(FsQueue *queue)
 	queue->queue_id = fs_shared->num_queues++;
 	pg_atomic_init_u32(&queue->slots_in_use, 0);
 	SpinLockInit(&queue->mutex);
-	fs_gate_queue_init(queue);
+	if (fs_queue_init_hook != NULL)
+		fs_queue_init_hook(queue);
 	fs_shared->queues[queue->queue_id] = queue;
 }
 
@@ -493,7 +484,8 @@ fs_tenant_touch(FsTenant *entry, TimestampTz now)
 	if (now > entry->touched_at)
 	{
 		fs_budget_accrue(entry, now);
-		fs_fairqueue_decay(entry, now);
+		if (entry->served_ms > 0)
+			entry->served_ms = fs_served_decayed(entry->served_ms, entry->touched_at, now);
 		entry->touched_at = now;
 	}
 }
@@ -513,15 +505,17 @@ fs_tenant_may_be_idle(void)
 /*
  * May this entry be evicted?  Only when forgetting it loses nothing a fresh
  * entry would not give back: no slot held, no orphan lease, no backlog, a
- * full token bucket, and no fair-order state that matters (fairqueue.c).
- * Called with the entry's spinlock held.
+ * full token bucket, and nothing that the layers above keep in it and need
+ * (fs_tenant_evictable_hook: the fair order's state).  Called with the
+ * entry's spinlock held.
  */
 static bool
 fs_tenant_is_idle(FsTenant *entry, TimestampTz now)
 {
 	if (entry->slots_in_use > 0 || entry->orphan_leases > 0 || entry->ready_rows != 0)
 		return false;
-	return fs_budget_is_full(entry, now) && fs_fairqueue_may_evict(entry);
+	return fs_budget_is_full(entry, now) &&
+		(fs_tenant_evictable_hook == NULL || fs_tenant_evictable_hook(entry));
 }
 
 typedef struct FsEvictCandidate
@@ -790,7 +784,8 @@ fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
 		{
 			SpinLockRelease(&entry->mutex);
 			LWLockRelease(lock);
-			if (!fs_limits_resolve(queue, tenant, &ref->limits, &generation))
+			if (fs_limits_resolve_hook == NULL ||
+				!fs_limits_resolve_hook(queue, tenant, &ref->limits, &generation))
 			{
 				/* Limits unreadable: the caller fails open. */
 				FS_COUNT_GLOBAL(limits_unreadable);

@@ -21,17 +21,13 @@
 
 /* Partitions of the shared tables; powers of two. */
 #define FS_TENANT_PARTITIONS	128
-#define FS_LEASE_PARTITIONS		64	/* slots.c */
-#define FS_TIER_PARTITIONS		16	/* tiers.c */
 
 /*
- * The "fairshare" LWLock tranche: FS_MISC_LOCKS named locks, then the tenant
- * partitions, then the lease partitions (slots.h), then the tier partitions
- * (tiers.h).
+ * The core's LWLock tranche, "fairshare": FS_MISC_LOCKS named locks (the
+ * queue table's), then the tenant partitions.  Each layer above asks for a
+ * tranche of its own.
  */
-#define FS_MISC_LOCKS			2
-#define FS_LEASE_LOCKS_OFFSET	(FS_MISC_LOCKS + FS_TENANT_PARTITIONS)
-#define FS_TIER_LOCKS_OFFSET	(FS_LEASE_LOCKS_OFFSET + FS_LEASE_PARTITIONS)
+#define FS_MISC_LOCKS			1
 
 /*
  * A queue, per database.  Queues are created on first use and live until
@@ -150,7 +146,6 @@ typedef enum FsStartKind
 typedef struct FsShared
 {
 	LWLock	   *queues_lock;	/* the queue table */
-	LWLock	   *workers_lock;	/* the worker heartbeat table (gate.c) */
 	LWLockPadded *tenant_locks; /* FS_TENANT_PARTITIONS of them */
 
 	pg_atomic_uint32 limits_generation; /* bumped when fs_limits commits */
@@ -186,8 +181,43 @@ typedef struct FsTenantRef
 typedef void (*fs_tenant_visitor) (const FsTenant *copy, void *arg);
 typedef void (*fs_tenant_mutator) (FsTenant *entry, void *arg);
 
+/*
+ * The calls the core makes upwards, as hooks that module.c sets: the core
+ * includes no layer above it.
+ *
+ * fs_queue_init_hook: a queue was just created (queues_lock held
+ * exclusively, or in the postmaster with nothing running): set up the
+ * layers' fields of it (the global gate's).
+ *
+ * fs_tenant_evictable_hook: may this otherwise idle entry be forgotten?
+ * (The fair order's say; entry spinlock held: quick, no lock, no error.)
+ *
+ * fs_limits_resolve_hook: load the limits of (queue, tenant) from fs_limits
+ * with the generation they are current at; false when they cannot be read
+ * (the decision fails open).  Called with no fairshare lock held; may run
+ * SQL.  Unset, every decision fails open.
+ */
+typedef void (*fs_queue_init_hook_type) (FsQueue *queue);
+typedef bool (*fs_tenant_evictable_hook_type) (const FsTenant *entry);
+typedef bool (*fs_limits_resolve_hook_type) (FsQueue *queue, const char *tenant,
+											 FsLimits *out, uint32 *generation);
+
+extern fs_queue_init_hook_type fs_queue_init_hook;
+extern fs_tenant_evictable_hook_type fs_tenant_evictable_hook;
+extern fs_limits_resolve_hook_type fs_limits_resolve_hook;
+
+/* A copy of the queue table: id -> name, for this database only. */
+typedef struct FsQueueNames
+{
+	int			count;
+	char	  (*names)[FS_NAME_BUFLEN];	/* "" for other databases' queues */
+} FsQueueNames;
+
 /* shmem.c */
-extern void fs_shmem_request(void);
+extern void fs_queue_names(FsQueueNames *qn);
+extern const char *fs_queue_name_of(const FsQueueNames *qn, uint32 queue_id);
+extern void fs_core_shmem_request(void);
+extern bool fs_core_shmem_init(void);
 extern FsQueue *fs_queue_lookup(const char *name, bool create);
 extern FsQueue *fs_queue_by_id(uint32 queue_id);
 extern FsQueue *fs_queue_insert_unlocked(Oid dboid, const char *name);

@@ -70,12 +70,12 @@
 #include "utils/syscache.h"
 
 #include "budget/budget.h"
+#include "core/stateformat.h"
+#include "core/subxact.h"
 #include "fairq/fairqueue_int.h"
 #include "gate/gate.h"
-#include "slots/slots.h"
-#include "statefile/statefile.h"
-#include "core/subxact.h"
 #include "limits/limits.h"
+#include "slots/slots.h"
 
 PG_FUNCTION_INFO_V1(fs_claim);
 PG_FUNCTION_INFO_V1(fs_ready_tenants);
@@ -92,7 +92,6 @@ PG_FUNCTION_INFO_V1(fs_fair_share_state);
 /* A claim takes at most this many rounds down the fair order. */
 #define FS_CLAIM_MAX_ROUNDS	16
 
-int			fs_fairness_half_life = 60;
 
 FsFairShared *fs_fair = NULL;
 
@@ -185,7 +184,7 @@ fs_fair_struct_size(void)
 	return size;
 }
 
-Size
+static Size
 fs_fairqueue_shmem_size(void)
 {
 	return add_size(fs_fair_struct_size(), fs_claim_map_shmem_size());
@@ -194,6 +193,7 @@ fs_fairqueue_shmem_size(void)
 void
 fs_fairqueue_shmem_request(void)
 {
+	RequestAddinShmemSpace(fs_fairqueue_shmem_size());
 	RequestNamedLWLockTranche("fairshare fair dequeue", fs_max_queues + FS_CLAIM_PARTITIONS);
 }
 
@@ -247,6 +247,9 @@ fs_fairqueue_shmem_init(void)
 		fs_fair->node_free = nnodes > 0 ? 0 : -1;
 		fs_fair->nodes_unused = nnodes;
 	}
+	locks = GetNamedLWLockTranche("fairshare fair dequeue");
+	fs_lockstats_name_locks("fair order", locks, fs_max_queues);
+	fs_lockstats_name_locks("claim map partition", &locks[fs_max_queues], FS_CLAIM_PARTITIONS);
 	fs_claim_map_shmem_init();
 }
 
@@ -3029,23 +3032,6 @@ fs_fairqueue_resync_all(void)
  * ----------------------------------------------------------------
  */
 
-/* Served work decayed from `since` to `now`. */
-static float8
-fs_decayed(float8 served, TimestampTz since, TimestampTz now)
-{
-	if (served <= 0 || now <= since)
-		return Max(served, 0.0);
-	return served * exp2(-(float8) (now - since) /
-						 ((float8) fs_fairness_half_life * USECS_PER_SEC));
-}
-
-void
-fs_fairqueue_decay(FsTenant *entry, TimestampTz now)
-{
-	if (entry->served_ms > 0)
-		entry->served_ms = fs_decayed(entry->served_ms, entry->touched_at, now);
-}
-
 bool
 fs_fairqueue_may_evict(const FsTenant *entry)
 {
@@ -3118,7 +3104,7 @@ fs_share_collect(const FsTenant *t, void *arg)
 	row->min_slots = t->min_slots;
 	row->slots = t->slots_in_use;
 	row->ready = Max(t->ready_rows, 0);
-	row->served = fs_decayed(t->served_ms, t->touched_at, scan->now);
+	row->served = fs_served_decayed(t->served_ms, t->touched_at, scan->now);
 	row->finish = t->virtual_finish;
 	row->failed_to_deliver = t->failed_to_deliver;
 	row->active = t->ready_rows > 0 || t->slots_in_use > 0;
@@ -3387,7 +3373,7 @@ fs_fairqueue_save_state(StringInfo buf, uint32 nqueues, bool clean)
 		return;
 	if (clean)
 	{
-		at = fs_statefile_section_begin(buf, FS_SECTION_FAIRQ_QUEUES, sizeof(FsFairQueueRecord));
+		at = fs_state_section_begin(buf, FS_SECTION_FAIRQ_QUEUES, sizeof(FsFairQueueRecord));
 		for (i = 0; i < nqueues; i++)
 		{
 			FsFairQueue *fq = &fs_fair->queues[i];
@@ -3402,12 +3388,12 @@ fs_fairqueue_save_state(StringInfo buf, uint32 nqueues, bool clean)
 			LWLockRelease(fq->lock);
 			appendBinaryStringInfo(buf, (char *) &rec, sizeof(rec));
 		}
-		fs_statefile_section_end(buf, at, nqueues);
+		fs_state_section_end(buf, at, nqueues);
 	}
 
-	at = fs_statefile_section_begin(buf, FS_SECTION_FAIRQ_CLAIMS, sizeof(FsClaimEntry));
+	at = fs_state_section_begin(buf, FS_SECTION_FAIRQ_CLAIMS, sizeof(FsClaimEntry));
 	count = fs_claim_map_save(buf, nqueues);
-	fs_statefile_section_end(buf, at, count);
+	fs_state_section_end(buf, at, count);
 }
 
 void
@@ -3447,14 +3433,6 @@ fs_fairqueue_restore_section(uint32 tag, const char *data, uint32 item_size, uin
 void
 fs_fairqueue_init(void)
 {
-	DefineCustomIntVariable("fairshare.fairness_half_life",
-							"Half-life of the served work behind the fairness metrics.",
-							"Each tenant's served work decays exponentially with this half-life; "
-							"fs_fairness and fs_fair_shares compare tenants over it.",
-							&fs_fairness_half_life,
-							60, 1, 7 * 24 * 3600,
-							PGC_SIGHUP, GUC_UNIT_S,
-							NULL, NULL, NULL);
 	fs_fair_register_init();
 	fs_track_init();
 }

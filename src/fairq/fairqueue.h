@@ -21,13 +21,11 @@
 #include "core/shmem.h"
 
 /* GUC: half-life of the served work behind the fairness metrics, seconds. */
-extern int	fs_fairness_half_life;
 
 /* Module start (_PG_init): GUCs and transaction callbacks. */
 extern void fs_fairqueue_init(void);
 
 /* Shared memory, called from shmem.c's hooks. */
-extern Size fs_fairqueue_shmem_size(void);
 extern void fs_fairqueue_shmem_request(void);
 extern void fs_fairqueue_shmem_init(void);
 
@@ -37,7 +35,6 @@ extern void fs_fairqueue_shmem_init(void);
  * the entry's spinlock held.
  */
 extern bool fs_fairqueue_may_evict(const FsTenant *entry);
-extern void fs_fairqueue_decay(FsTenant *entry, TimestampTz now);
 
 /* fs_reset(): zero the per-queue counters of fair dequeue. */
 extern void fs_fairqueue_reset_counters(void);
@@ -47,8 +44,6 @@ extern void fs_fairqueue_reset_counters(void);
  * (clean shutdowns) and the map from claimed rows to leases (every save), in
  * sections of their own; restore gets each such section back.
  */
-#define FS_SECTION_FAIRQ_QUEUES		5
-#define FS_SECTION_FAIRQ_CLAIMS		6
 extern void fs_fairqueue_save_state(StringInfo buf, uint32 nqueues, bool clean);
 extern void fs_fairqueue_restore_section(uint32 tag, const char *data, uint32 item_size,
 										 uint64 count, FsQueue **queues, uint64 nqueues,

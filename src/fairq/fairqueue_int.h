@@ -22,8 +22,8 @@
 #include "utils/array.h"
 #include "utils/relcache.h"
 
-#include "fairq/fairqueue.h"
 #include "core/run_as.h"
+#include "fairq/fairqueue.h"
 
 /*
  * Heap entries are kept in chunks of this many (a power of two), found

@@ -76,8 +76,8 @@
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 
-#include "fairq/fairqueue_int.h"
 #include "core/subxact.h"
+#include "fairq/fairqueue_int.h"
 #include "limits/limits.h"
 
 PG_FUNCTION_INFO_V1(fs_register_queue);

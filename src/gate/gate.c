@@ -75,6 +75,8 @@ typedef struct FsWorker
 	TimestampTz last_heartbeat;
 } FsWorker;
 
+/* The heartbeat table's lock (core/shmem.c, rule 5a). */
+static LWLock *fs_workers_lock = NULL;
 static HTAB *fs_worker_hash = NULL;
 
 void
@@ -124,17 +126,28 @@ fs_gate_init(void)
 							NULL, NULL, NULL);
 }
 
-Size
+static Size
 fs_gate_shmem_size(void)
 {
 	return hash_estimate_size(fs_max_workers, sizeof(FsWorker));
+}
+
+/* Ask for this layer's shared memory and locks (shmem request hook, module.c). */
+void
+fs_gate_shmem_request(void)
+{
+	RequestAddinShmemSpace(fs_gate_shmem_size());
+	RequestNamedLWLockTranche("fairshare workers", 1);
 }
 
 void
 fs_gate_shmem_init(void)
 {
 	HASHCTL		info;
+	LWLockPadded *locks = GetNamedLWLockTranche("fairshare workers");
 
+	fs_workers_lock = &locks[0].lock;
+	fs_lockstats_name_locks("workers", locks, 1);
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(FsWorkerKey);
 	info.entrysize = sizeof(FsWorker);
@@ -239,9 +252,9 @@ fs_gate_capacity(FsQueue *queue, TimestampTz now, FsGateCapacity *cap)
 
 	if (live_threads > 0 && now >= live_until)
 	{
-		LWLockAcquire(fs_shared->workers_lock, LW_SHARED);
+		LWLockAcquire(fs_workers_lock, LW_SHARED);
 		fs_gate_recount(queue, now, false);
-		LWLockRelease(fs_shared->workers_lock);
+		LWLockRelease(fs_workers_lock);
 		SpinLockAcquire(&queue->mutex);
 		live_threads = queue->live_threads;
 		SpinLockRelease(&queue->mutex);
@@ -367,7 +380,7 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
 	key.queue_id = queue->queue_id;
 	now = fs_now();
 
-	LWLockAcquire(fs_shared->workers_lock, LW_EXCLUSIVE);
+	LWLockAcquire(fs_workers_lock, LW_EXCLUSIVE);
 	if (threads == 0)
 		hash_search(fs_worker_hash, &key, HASH_REMOVE, NULL);
 	else
@@ -386,7 +399,7 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
 		}
 	}
 	fs_gate_recount(queue, now, true);
-	LWLockRelease(fs_shared->workers_lock);
+	LWLockRelease(fs_workers_lock);
 
 	if (threads > 0 && worker == NULL)
 		ereport(WARNING,
@@ -451,12 +464,12 @@ fs_worker_state(PG_FUNCTION_ARGS)
 
 	/* Copy under the lock; build tuples (and look up queues) after it. */
 	copies = palloc_extended(sizeof(FsWorker) * fs_max_workers, MCXT_ALLOC_HUGE);
-	LWLockAcquire(fs_shared->workers_lock, LW_SHARED);
+	LWLockAcquire(fs_workers_lock, LW_SHARED);
 	hash_seq_init(&seq, fs_worker_hash);
 	while ((worker = hash_seq_search(&seq)) != NULL)
 		if (ncopies < fs_max_workers)
 			copies[ncopies++] = *worker;
-	LWLockRelease(fs_shared->workers_lock);
+	LWLockRelease(fs_workers_lock);
 
 	for (i = 0; i < ncopies; i++)
 	{

@@ -37,7 +37,7 @@ typedef enum FsBackpressure
 } FsBackpressure;
 
 extern void fs_gate_init(void);
-extern Size fs_gate_shmem_size(void);
+extern void fs_gate_shmem_request(void);
 extern void fs_gate_shmem_init(void);
 extern void fs_gate_queue_init(FsQueue *queue);
 extern void fs_gate_capacity(FsQueue *queue, TimestampTz now, FsGateCapacity *cap);

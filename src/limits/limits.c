@@ -88,34 +88,6 @@ fs_limits_init(void)
 	RegisterXactCallback(fs_limits_xact_callback, NULL);
 }
 
-void
-fs_limits_copy_out(const FsTenant *entry, FsLimits *out)
-{
-	out->max_slots = entry->max_slots;
-	out->min_slots = entry->min_slots;
-	out->weight = entry->weight;
-	out->budget_ms_per_minute = entry->budget_ms_per_minute;
-	out->throttle = entry->throttle;
-}
-
-void
-fs_limits_store(FsTenant *entry, const FsLimits *limits, uint32 generation)
-{
-	entry->max_slots = limits->max_slots;
-	entry->min_slots = limits->min_slots;
-	entry->weight = limits->weight;
-	entry->budget_ms_per_minute = limits->budget_ms_per_minute;
-	entry->throttle = limits->throttle;
-	entry->limits_generation = generation;
-
-	/* A tenant seen for the first time starts with a full bucket. */
-	if (entry->flags & FS_TENANT_NEW)
-	{
-		entry->token_balance = Max(limits->budget_ms_per_minute, 0);
-		entry->flags &= ~FS_TENANT_NEW;
-	}
-}
-
 /* Schema the extension lives in, in the current database. */
 const char *
 fs_extension_schema(void)

@@ -14,6 +14,7 @@
 #define FAIRSHARE_TENANT_LIMITS_H
 
 #include "core/shmem.h"
+#include "core/tenant.h"
 
 /* Built-in defaults, used when no row of fs_limits says otherwise. */
 #define FS_DEFAULT_MAX_SLOTS	1
@@ -21,16 +22,6 @@
 #define FS_DEFAULT_WEIGHT		1.0
 #define FS_DEFAULT_THROTTLE_PCT	100.0
 
-/* Are the limits cached in `entry` current?  Entry spinlock held. */
-static inline bool
-fs_limits_current(const FsTenant *entry)
-{
-	return entry->limits_generation ==
-		pg_atomic_read_u32(&fs_shared->limits_generation);
-}
-
-extern void fs_limits_copy_out(const FsTenant *entry, FsLimits *out);
-extern void fs_limits_store(FsTenant *entry, const FsLimits *limits, uint32 generation);
 extern bool fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out,
 							  uint32 *generation);
 extern void fs_limits_init(void);

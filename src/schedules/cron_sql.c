@@ -21,8 +21,8 @@
 #include "utils/datetime.h"
 #include "utils/memutils.h"
 
-#include "schedules/cron_sql.h"
 #include "core/common.h"
+#include "schedules/cron_sql.h"
 
 PG_FUNCTION_INFO_V1(fs_next_run);
 PG_FUNCTION_INFO_V1(fs_next_runs);

@@ -60,19 +60,20 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-#include "schedules/cron_sql.h"
 #include "core/common.h"
 #include "core/run_as.h"
-#include "schedules/schedules.h"
 #include "core/subxact.h"
 #include "limits/limits.h"
-#include "worker/worker.h"
+#include "schedules/cron_sql.h"
+#include "schedules/schedules.h"
 
 PG_FUNCTION_INFO_V1(fs_schedule);
 PG_FUNCTION_INFO_V1(fs_unschedule);
 PG_FUNCTION_INFO_V1(fs_claim_due_schedules);
 
 int			fs_catchup_tolerance_secs = 60;
+bool		fs_worker_enabled = true;
+char	   *fs_worker_database = NULL;
 
 /*
  * How far after now a claim's as_of may be (see fs_claim_horizon()): a
@@ -93,6 +94,24 @@ static const char *const catchup_names[] = {"latest", "all", "skip"};
 void
 fs_schedules_init(void)
 {
+	DefineCustomBoolVariable("fairshare.worker",
+							 "Starts fairshare's background worker.",
+							 "It sweeps expired leases, saves the state file periodically and runs "
+							 "the schedules of fairshare.database.",
+							 &fs_worker_enabled,
+							 true,
+							 PGC_POSTMASTER, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("fairshare.database",
+							   "Database whose schedules the background worker runs.",
+							   "Empty: run no schedules.  The worker waits until the database "
+							   "exists and has the extension.",
+							   &fs_worker_database,
+							   "postgres",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
 	DefineCustomIntVariable("fairshare.catchup_tolerance",
 							"How late a run may be claimed and still count as on time.",
 							"Schedules with catchup 'skip' drop runs claimed later than this "

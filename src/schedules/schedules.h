@@ -13,14 +13,18 @@
 
 #include "utils/timestamp.h"
 
+/*
+ * GUCs: whether fairshare's background worker runs (fairshare.worker) and
+ * the database whose schedules it runs (fairshare.database).
+ */
+extern bool fs_worker_enabled;
+extern char *fs_worker_database;
+
 /* Longest schedule name, in bytes. */
 #define FS_SCHEDULE_NAME_MAXLEN		200
 
 /* Most missed runs one claim makes up for with catchup 'all'. */
 #define FS_CATCHUP_ALL_CAP			100
-
-/* Members of this role see every role's schedules and runs. */
-#define FS_ADMIN_ROLE				"fairshare_admin"
 
 /* A run handed out by fs_claim_runs(), in the caller's memory context. */
 typedef struct FsClaimedRun

@@ -67,11 +67,9 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
-#include "budget/budget.h"
+#include "core/decisions.h"
 #include "gate/gate.h"
-#include "schedules/schedules.h"
 #include "slots/slots.h"
-#include "views/views.h"
 
 PG_FUNCTION_INFO_V1(fs_acquire_slot);
 PG_FUNCTION_INFO_V1(fs_release_slot);
@@ -264,12 +262,20 @@ fs_local_find_pending(FsTenant *tenant, uint32 generation)
  * ----------------------------------------------------------------
  */
 
-Size
+static Size
 fs_slots_shmem_size(void)
 {
 	return add_size(add_size(hash_estimate_size(fs_max_leases, sizeof(FsLease)),
 							 mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition))),
 					fs_scan_lists_size(FS_LEASE_PARTITIONS));
+}
+
+/* Ask for this layer's shared memory and locks (shmem request hook, module.c). */
+void
+fs_slots_shmem_request(void)
+{
+	RequestAddinShmemSpace(fs_slots_shmem_size());
+	RequestNamedLWLockTranche("fairshare leases", FS_LEASE_PARTITIONS);
 }
 
 void
@@ -280,7 +286,8 @@ fs_slots_shmem_init(void)
 	int			i;
 	int			h;
 
-	fs_lease_locks = &GetNamedLWLockTranche("fairshare")[FS_LEASE_LOCKS_OFFSET];
+	fs_lease_locks = GetNamedLWLockTranche("fairshare leases");
+	fs_lockstats_name_locks("lease partition", fs_lease_locks, FS_LEASE_PARTITIONS);
 
 	fs_lease_parts = ShmemInitStruct("fairshare lease expiries",
 									 mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition)),

@@ -13,6 +13,9 @@
 #include "core/shmem.h"
 
 /* Longest lease a single acquire or renew may ask for. */
+/* Partitions of the lease table, and its LWLocks (a power of two). */
+#define FS_LEASE_PARTITIONS		64
+
 #define FS_MAX_LEASE_USECS		(INT64CONST(366) * USECS_PER_DAY)
 
 typedef enum FsLeaseState
@@ -67,7 +70,7 @@ typedef struct FsSlotDecision
 	int32		ceiling;
 } FsSlotDecision;
 
-extern Size fs_slots_shmem_size(void);
+extern void fs_slots_shmem_request(void);
 extern void fs_slots_shmem_init(void);
 extern void fs_slots_init(void);
 extern int64 fs_lease_interval_arg(FunctionCallInfo fcinfo, int argno, const char *what);

@@ -32,6 +32,7 @@
 #include "storage/ipc.h"
 #include "utils/memutils.h"
 
+#include "core/stateformat.h"
 #include "fairq/fairqueue.h"
 #include "slots/slots.h"
 #include "statefile/statefile.h"
@@ -80,23 +81,6 @@ typedef struct FsStateHeader
 	int64		next_lease_id;
 } FsStateHeader;
 
-/* Sections.  Unknown tags are skipped, so new sections need no new version. */
-typedef enum FsSectionTag
-{
-	FS_SECTION_QUEUES = 1,		/* FsQueueKey; a queue's index is its order */
-	FS_SECTION_TENANTS = 2,		/* FsTenant, key.queue_id = queue index */
-	FS_SECTION_LEASES = 3,		/* FsLeaseRecord */
-	FS_SECTION_STATS = 4,		/* FsGlobalStats */
-	/* 5 and 6: fair dequeue (FS_SECTION_FAIRQ_* in fairqueue.h) */
-	FS_SECTION_END = 0xFFFF
-} FsSectionTag;
-
-typedef struct FsSectionHeader
-{
-	uint32		tag;
-	uint32		item_size;
-	uint64		count;
-} FsSectionHeader;
 
 typedef struct FsLeaseRecord
 {
@@ -140,27 +124,6 @@ typedef struct FsSaveContext
 	uint64		capacity;		/* records the buffer was enlarged for */
 	uint32		nqueues;		/* queues written; newer ones are skipped */
 } FsSaveContext;
-
-/*
- * Start a section: returns where its header is, for fs_statefile_section_end
- * to fill in the count.  Capabilities with state of their own write their
- * sections with these (see fairqueue.c).
- */
-Size
-fs_statefile_section_begin(StringInfo buf, uint32 tag, uint32 item_size)
-{
-	FsSectionHeader header = {tag, item_size, 0};
-	Size		at = buf->len;
-
-	appendBinaryStringInfo(buf, (char *) &header, sizeof(header));
-	return at;
-}
-
-void
-fs_statefile_section_end(StringInfo buf, Size at, uint64 count)
-{
-	((FsSectionHeader *) (buf->data + at))->count = count;
-}
 
 static void
 fs_save_tenant(const FsTenant *tenant, void *arg)
@@ -246,10 +209,10 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	/* Queues, in id order: a queue's index in the file is its id. */
 	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
 	nqueues = fs_shared->num_queues;
-	at = fs_statefile_section_begin(&buf, FS_SECTION_QUEUES, sizeof(FsQueueKey));
+	at = fs_state_section_begin(&buf, FS_SECTION_QUEUES, sizeof(FsQueueKey));
 	for (i = 0; i < nqueues; i++)
 		appendBinaryStringInfo(&buf, (char *) &fs_shared->queues[i]->key, sizeof(FsQueueKey));
-	fs_statefile_section_end(&buf, at, nqueues);
+	fs_state_section_end(&buf, at, nqueues);
 	LWLockRelease(fs_shared->queues_lock);
 	ctx.nqueues = (uint32) nqueues;
 
@@ -257,35 +220,35 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	if (kind == FS_STATE_CLEAN)
 	{
 		ctx.count = 0;
-		at = fs_statefile_section_begin(&buf, FS_SECTION_TENANTS, sizeof(FsTenant));
+		at = fs_state_section_begin(&buf, FS_SECTION_TENANTS, sizeof(FsTenant));
 		/* Room for every entry now: the visitor runs under the table's locks. */
 		ctx.capacity = Min((Size) fs_max_tenants,
 						   (MaxAllocSize - (Size) buf.len - 1) / sizeof(FsTenant));
 		enlargeStringInfo(&buf, (int) (ctx.capacity * sizeof(FsTenant)));
 		fs_tenant_foreach(fs_save_tenant, &ctx);
-		fs_statefile_section_end(&buf, at, ctx.count);
+		fs_state_section_end(&buf, at, ctx.count);
 
 		SpinLockAcquire(&fs_shared->stats_mutex);
 		memcpy(&stats, &fs_shared->stats, sizeof(stats));
 		SpinLockRelease(&fs_shared->stats_mutex);
-		at = fs_statefile_section_begin(&buf, FS_SECTION_STATS, sizeof(FsGlobalStats));
+		at = fs_state_section_begin(&buf, FS_SECTION_STATS, sizeof(FsGlobalStats));
 		appendBinaryStringInfo(&buf, (char *) &stats, sizeof(stats));
-		fs_statefile_section_end(&buf, at, 1);
+		fs_state_section_end(&buf, at, 1);
 	}
 
 	/* Tenants a lease names were created before the lease: queues suffice. */
 	ctx.count = 0;
-	at = fs_statefile_section_begin(&buf, FS_SECTION_LEASES, sizeof(FsLeaseRecord));
+	at = fs_state_section_begin(&buf, FS_SECTION_LEASES, sizeof(FsLeaseRecord));
 	/* As for tenants: no allocation while the lease locks are held. */
 	ctx.capacity = Min((Size) fs_max_leases,
 					   (MaxAllocSize - (Size) buf.len - 1) / sizeof(FsLeaseRecord));
 	enlargeStringInfo(&buf, (int) (ctx.capacity * sizeof(FsLeaseRecord)));
 	fs_lease_foreach(fs_save_lease, &ctx);
-	fs_statefile_section_end(&buf, at, ctx.count);
+	fs_state_section_end(&buf, at, ctx.count);
 
 	fs_fairqueue_save_state(&buf, ctx.nqueues, kind == FS_STATE_CLEAN);
 
-	fs_statefile_section_begin(&buf, FS_SECTION_END, 0);
+	fs_state_section_begin(&buf, FS_SECTION_END, 0);
 
 	INIT_CRC32C(crc);
 	COMP_CRC32C(crc, buf.data, buf.len);

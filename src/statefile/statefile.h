@@ -29,8 +29,6 @@ typedef enum FsStateKind
 } FsStateKind;
 
 extern void fs_statefile_startup(void);
-extern Size fs_statefile_section_begin(StringInfo buf, uint32 tag, uint32 item_size);
-extern void fs_statefile_section_end(StringInfo buf, Size at, uint64 count);
 extern bool fs_statefile_save(FsStateKind kind, int elevel);
 
 #endif							/* FAIRSHARE_STATEFILE_H */

@@ -154,12 +154,20 @@ fs_tiers_init(void)
 							NULL, NULL, NULL);
 }
 
-Size
+static Size
 fs_tiers_shmem_size(void)
 {
 	return add_size(add_size(hash_estimate_size(fs_max_tier_keys, sizeof(FsTierEntry)),
 							 fs_scan_lists_size(FS_TIER_PARTITIONS)),
 					sizeof(FsTierShared));
+}
+
+/* Ask for this layer's shared memory and locks (shmem request hook, module.c). */
+void
+fs_tiers_shmem_request(void)
+{
+	RequestAddinShmemSpace(fs_tiers_shmem_size());
+	RequestNamedLWLockTranche("fairshare tiers", FS_TIER_PARTITIONS);
 }
 
 void
@@ -168,7 +176,8 @@ fs_tiers_shmem_init(void)
 	HASHCTL		info;
 	bool		found;
 
-	fs_tier_locks = &GetNamedLWLockTranche("fairshare")[FS_TIER_LOCKS_OFFSET];
+	fs_tier_locks = GetNamedLWLockTranche("fairshare tiers");
+	fs_lockstats_name_locks("tier partition", fs_tier_locks, FS_TIER_PARTITIONS);
 	fs_tier_shared = ShmemInitStruct("fairshare tier control", sizeof(FsTierShared), &found);
 	if (!found)
 	{

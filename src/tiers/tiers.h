@@ -12,6 +12,9 @@
 #include "core/shmem.h"
 
 /* Rules per call, and sub-buckets per rule's sliding window. */
+/* Partitions of the tier table, and its LWLocks (a power of two). */
+#define FS_TIER_PARTITIONS	16
+
 #define FS_TIER_MAX_RULES	4
 #define FS_TIER_BUCKETS		10
 
@@ -21,7 +24,7 @@ extern void fs_tiers_init(void);
 extern long fs_tier_count(void);
 extern Size fs_tier_bytes_per_key(void);
 extern Size fs_tier_bytes_per_rule(void);
-extern Size fs_tiers_shmem_size(void);
+extern void fs_tiers_shmem_request(void);
 extern void fs_tiers_shmem_init(void);
 
 #endif							/* FAIRSHARE_TIERS_H */

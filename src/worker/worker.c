@@ -73,8 +73,8 @@
 #include "utils/wait_event.h"
 
 #include "core/common.h"
-#include "fairq/fairqueue.h"
 #include "core/run_as.h"
+#include "fairq/fairqueue.h"
 #include "schedules/schedules.h"
 #include "slots/slots.h"
 #include "statefile/statefile.h"
@@ -106,8 +106,6 @@ PGDLLEXPORT void fs_scheduler_main(Datum main_arg);
  */
 #define FS_COMMAND_GRACE_SECS		5
 
-bool		fs_worker_enabled = true;
-char	   *fs_worker_database = NULL;
 int			fs_sweep_interval_ms = 1000;
 int			fs_state_save_interval_secs = 30;
 int			fs_command_timeout_ms = 60 * 1000;
@@ -191,10 +189,17 @@ static volatile sig_atomic_t command_deadline_passed = false;
  * ----------------------------------------------------------------
  */
 
-Size
+static Size
 fs_worker_shmem_size(void)
 {
 	return MAXALIGN(sizeof(FsWorkerShared));
+}
+
+/* Ask for this layer's shared memory (shmem request hook, module.c). */
+void
+fs_worker_shmem_request(void)
+{
+	RequestAddinShmemSpace(fs_worker_shmem_size());
 }
 
 /* Called by shmem.c with AddinShmemInitLock held. */
@@ -228,24 +233,6 @@ void
 fs_worker_init(void)
 {
 	BackgroundWorker worker;
-
-	DefineCustomBoolVariable("fairshare.worker",
-							 "Starts fairshare's background worker.",
-							 "It sweeps expired leases, saves the state file periodically and runs "
-							 "the schedules of fairshare.database.",
-							 &fs_worker_enabled,
-							 true,
-							 PGC_POSTMASTER, 0,
-							 NULL, NULL, NULL);
-
-	DefineCustomStringVariable("fairshare.database",
-							   "Database whose schedules the background worker runs.",
-							   "Empty: run no schedules.  The worker waits until the database "
-							   "exists and has the extension.",
-							   &fs_worker_database,
-							   "postgres",
-							   PGC_SIGHUP, 0,
-							   NULL, NULL, NULL);
 
 	DefineCustomIntVariable("fairshare.sweep_interval",
 							"How often the background worker frees expired leases.",

@@ -13,8 +13,6 @@
 #include "postgres.h"
 
 /* GUCs */
-extern bool fs_worker_enabled;
-extern char *fs_worker_database;
 extern int	fs_sweep_interval_ms;
 extern int	fs_state_save_interval_secs;
 extern int	fs_command_timeout_ms;
@@ -23,7 +21,7 @@ extern int	fs_resync_interval_secs;
 
 /* Defines the GUCs and, at server start, registers the launcher. */
 extern void fs_worker_init(void);
-extern Size fs_worker_shmem_size(void);
+extern void fs_worker_shmem_request(void);
 extern void fs_worker_shmem_init(void);
 
 #endif							/* FAIRSHARE_WORKER_H */
