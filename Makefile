@@ -18,10 +18,11 @@ OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
 DATA_built  = $(EXTENSION)--$(EXTVERSION).sql
 DATA        = $(sort $(wildcard sql/$(EXTENSION)--*.sql))
 
-# Regression tests (sql/<name>.sql against expected/<name>.out).  The order is
+# Regression tests (test/regress/sql/<name>.sql against
+# test/regress/expected/<name>.out).  The order is
 # the order they run in; each file is independent of the ones before it.
-REGRESS     = $(shell cat test/regress_schedule 2>/dev/null | sed -n 's/^test: *//p')
-REGRESS_OPTS = --temp-config=test/fairshare.conf
+REGRESS     = $(shell cat test/regress/schedule 2>/dev/null | sed -n 's/^test: *//p')
+REGRESS_OPTS = --temp-config=test/fairshare.conf --inputdir=test/regress
 
 PG_CONFIG  ?= pg_config
 # The server headers are system headers for us: full -Wextra applies to our

@@ -1,29 +1,32 @@
 /*-------------------------------------------------------------------------
  *
- * fairshare.h
- *	  Declarations shared by every fairshare capability: names, decision
- *	  reasons, the clock, argument checking and the module's GUCs.
+ * common.h
+ *	  Declarations every layer shares: names, decision reasons, the clock,
+ *	  argument checks and the server-wide settings.
  *
- * Each capability has its own source file and header:
- *	  shmem.c      shared memory: queues, tenants, eviction, locking rules
- *	  tenant_limits.c  the durable fs_limits table and its cache in shared memory
- *	  slots.c      concurrency slots and leases
- *	  budget.c     token buckets
- *	  gate.c       the global gate (live workers, dampener, backpressure)
- *	  fairqueue.c  fair per-tenant dequeue (with fairqueue_register.c and
- *	               fairqueue_track.c; see fairqueue_int.h)
- *	  statefile.c  saving state at shutdown and restoring it at startup
- *	  lockstats.c  the longest LWLock holds, in the lock-statistics build
- *	  telemetry.c  views of live state and counters, reset
- *	  run_as.c     running another role's code so that nothing outlives it
- *	  subxact.c    work that may fail, in a subtransaction; cancels go on
- *	  cron.c, cron_sql.c, schedules.c, worker.c  schedules and the
- *	               background worker
+ * The source tree, bottom up (README.md, Layout; test/layers checks that no
+ * file includes a layer above its own):
+ *	  core/        common, shmem (queues, tenants, eviction, THE locking
+ *	               rules), tenant.h (arithmetic on an entry), scanlist,
+ *	               decisions (the decision log), stateformat.h, run_as,
+ *	               subxact, compat.h, lockstats
+ *	  limits/      the durable fs_limits table and its cache in tenant entries
+ *	  gate/        the global gate (live workers, dampener, backpressure)
+ *	  slots/       concurrency slots and leases
+ *	  budget/      token buckets
+ *	  tiers/       greedy-tenant tiers
+ *	  fairq/       fair per-tenant dequeue (fairqueue_int.h says which file
+ *	               does what)
+ *	  schedules/   cron, schedules and their exactly-once claims
+ *	  views/       views of live state and counters, reset
+ *	  statefile/   saving state at shutdown and restoring it at startup
+ *	  worker/      the background worker: launcher and scheduler
+ *	  module.c     _PG_init, handing over to each of the above
  *
  *-------------------------------------------------------------------------
  */
-#ifndef FAIRSHARE_H
-#define FAIRSHARE_H
+#ifndef FAIRSHARE_COMMON_H
+#define FAIRSHARE_COMMON_H
 
 #include "postgres.h"
 
@@ -74,14 +77,14 @@ typedef enum FsReason
 
 extern const char *const fs_reason_names[FS_NUM_REASONS];
 
-/* GUCs owned by fairshare.c */
+/* The server-wide settings (common.c) */
 extern int	fs_max_tenants;
 extern int	fs_max_leases;
 extern int	fs_max_queues;
 extern bool fs_save_state;
 extern double fs_debug_clock;
 
-/* fairshare.c */
+/* common.c */
 extern void fs_common_init(void);
 extern void fs_check_loaded(void);
 extern TimestampTz fs_now(void);
@@ -126,4 +129,4 @@ extern void fs_fault_point_pass(const char *point);
 #define FS_FAULT_POINT(point) ((void) 0)
 #endif
 
-#endif							/* FAIRSHARE_H */
+#endif							/* FAIRSHARE_COMMON_H */

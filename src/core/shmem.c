@@ -62,7 +62,7 @@
  * 5b. Tier counters (tiers.c).  A partitioned table like the tenant table,
  *	  with FS_TIER_PARTITIONS locks of its own and a spinlock per entry.
  *
- * 5c. Decision log (telemetry.c).  One ring per backend slot, written only by
+ * 5c. Decision log (core/decisions.c).  One ring per backend slot, written only by
  *	  the backend in that slot; readers check a sequence number per record.
  *	  No lock.
  *
@@ -714,7 +714,7 @@ fs_tenant_partition_lock(uint32 hashvalue)
  *
  * Limits are cached in the entry together with the generation they were
  * loaded at.  When they are stale we let go of every lock, load them with
- * SPI (tenant_limits.c), and store them on the way back in.  With
+ * SPI (fs_limits_resolve_hook: limits/limits.c), and store them on the way back in.  With
  * FS_OPEN_NO_LIMITS (for code that may not run SPI, such as transaction-end
  * callbacks) stale limits are handed back as they are and left for the next
  * decision.

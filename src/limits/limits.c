@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * tenant_limits.c
+ * limits.c
  *	  The durable fs_limits table: validation, commit-time publication, and
  *	  resolution of a tenant's effective limits.
  *

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * tenant_limits.h
+ * limits.h
  *	  The durable fs_limits table and its cache in tenant entries.
  *
  * A change to fs_limits bumps a shared generation when its transaction
@@ -10,8 +10,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef FAIRSHARE_TENANT_LIMITS_H
-#define FAIRSHARE_TENANT_LIMITS_H
+#ifndef FAIRSHARE_LIMITS_H
+#define FAIRSHARE_LIMITS_H
 
 #include "core/shmem.h"
 #include "core/tenant.h"
@@ -27,4 +27,4 @@ extern bool fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out,
 extern void fs_limits_init(void);
 extern const char *fs_extension_schema(void);
 
-#endif							/* FAIRSHARE_TENANT_LIMITS_H */
+#endif							/* FAIRSHARE_LIMITS_H */
