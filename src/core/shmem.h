@@ -77,6 +77,15 @@ typedef struct FsLimits
 	float8		throttle;		/* throttle_pct / 100, in [0, 1] */
 } FsLimits;
 
+/*
+ * A (queue, tenant) entry.  Its size is budgeted: at most 248 bytes (264 with
+ * the hash table's element header; README.md's target is 288 bytes per entry
+ * with the table's overhead), because a server keeps fairshare.max_tenants of
+ * them and a decision touches one per call, so every field costs memory and
+ * cache for every tenant.  shmem.c asserts the budget.  A field added here is
+ * added to the state file by its own field id (statefile/records.c), never by
+ * the struct's layout.
+ */
 typedef struct FsTenant
 {
 	FsTenantKey key;			/* hash key: must be first */

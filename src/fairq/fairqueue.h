@@ -45,7 +45,7 @@ extern void fs_fairqueue_reset_counters(void);
  * sections of their own; restore gets each such section back.
  */
 extern void fs_fairqueue_save_state(StringInfo buf, uint32 nqueues, bool clean);
-extern void fs_fairqueue_restore_section(uint32 tag, const char *data, uint32 item_size,
+extern void fs_fairqueue_restore_section(uint32 tag, const char *data, Size bytes,
 										 uint64 count, FsQueue **queues, uint64 nqueues,
 										 bool clean, int64 next_lease_id);
 

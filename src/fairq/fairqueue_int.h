@@ -333,8 +333,23 @@ extern void fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value,
 extern Size fs_claim_map_shmem_size(void);
 extern void fs_claim_map_shmem_init(void);
 extern int	fs_claim_map_sweep(void);
+/*
+ * The fields of the state file's items of fair dequeue (core/stateformat.h;
+ * ids are never reused).  Claim-map entries:
+ */
+enum
+{
+	FS_CLAIM_QUEUE = 1,			/* uint32: the queue's index in the file */
+	FS_CLAIM_KEY_LEN = 2,		/* uint16: FsClaimKey.len */
+	FS_CLAIM_KEY_HASHED = 3,	/* uint8: FsClaimKey.hashed */
+	FS_CLAIM_KEY_BYTES = 4,		/* FS_KEY_INLINE bytes: FsClaimKey.bytes */
+	FS_CLAIM_LEASE = 5,			/* int64 */
+	FS_CLAIM_EST_COST = 6,		/* float8 */
+	FS_CLAIM_TENANT = 7			/* name */
+};
+
 extern uint64 fs_claim_map_save(StringInfo buf, uint32 nqueues);
-extern void fs_claim_map_restore(const FsClaimEntry *entries, uint64 count,
+extern void fs_claim_map_restore(const char *data, Size bytes, uint64 count,
 								 FsQueue **queues, uint64 nqueues, int64 next_lease_id);
 extern long fs_claim_map_count(uint32 queue_id);
 

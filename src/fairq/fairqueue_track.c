@@ -47,6 +47,7 @@
 #include "utils/rel.h"
 
 #include "budget/budget.h"
+#include "core/stateformat.h"
 #include "fairq/fairqueue_int.h"
 #include "slots/slots.h"
 
@@ -238,13 +239,7 @@ fs_claim_copy_visit(void *hash_entry, void *arg)
 		entry->key.queue_id == copies->queue_id;
 
 	if (wanted && copies->count < (uint64) fs_max_leases)
-	{
-		FsClaimEntry *copy = &copies->entries[copies->count++];
-
-		*copy = *entry;
-		/* Not the list's business: saved in the state file. */
-		memset(&copy->scan_link, 0, sizeof(copy->scan_link));
-	}
+		copies->entries[copies->count++] = *entry;
 }
 
 /* Copies of the entries of one queue (allocated before the scan). */
@@ -427,6 +422,7 @@ uint64
 fs_claim_map_save(StringInfo buf, uint32 nqueues)
 {
 	FsClaimCopies copies;
+	uint64		i;
 
 	/* appendBinaryStringInfo may error: copy out first. */
 	copies.queue_id = 0;
@@ -435,27 +431,94 @@ fs_claim_map_save(StringInfo buf, uint32 nqueues)
 	copies.count = 0;
 	if (nqueues > 0)
 		fs_claim_map_scan(fs_claim_copy_visit, &copies);
-	appendBinaryStringInfo(buf, (char *) copies.entries, copies.count * sizeof(FsClaimEntry));
+	for (i = 0; i < copies.count; i++)
+	{
+		const FsClaimEntry *e = &copies.entries[i];
+		Size		at = fs_state_item_begin(buf);
+
+		fs_state_put_value(buf, FS_CLAIM_QUEUE, e->key.queue_id);
+		fs_state_put_value(buf, FS_CLAIM_KEY_LEN, e->key.len);
+		fs_state_put_value(buf, FS_CLAIM_KEY_HASHED, e->key.hashed);
+		fs_state_put(buf, FS_CLAIM_KEY_BYTES, e->key.bytes, sizeof(e->key.bytes));
+		fs_state_put_value(buf, FS_CLAIM_LEASE, e->lease_id);
+		fs_state_put_value(buf, FS_CLAIM_EST_COST, e->est_cost);
+		fs_state_put_name(buf, FS_CLAIM_TENANT, e->tenant);
+		fs_state_item_end(buf, at);
+	}
 	pfree(copies.entries);
 	return copies.count;
 }
 
-/* In the postmaster, before any backend exists (no locks). */
+/* A claim-map item of the state file, into `rec`; false if incomplete. */
+static bool
+fs_claim_map_read(FsStateItem *item, FsClaimEntry *rec)
+{
+	uint8		field;
+	uint8		len;
+	const char *value;
+	int			seen = 0;
+
+	memset(rec, 0, sizeof(*rec));
+	while (fs_state_field_next(item, &field, &value, &len))
+	{
+		bool		ok = false;
+
+		switch (field)
+		{
+			case FS_CLAIM_QUEUE:
+				ok = fs_state_field_value(value, len, rec->key.queue_id);
+				break;
+			case FS_CLAIM_KEY_LEN:
+				ok = fs_state_field_value(value, len, rec->key.len);
+				break;
+			case FS_CLAIM_KEY_HASHED:
+				ok = fs_state_field_value(value, len, rec->key.hashed);
+				break;
+			case FS_CLAIM_KEY_BYTES:
+				ok = fs_state_field_get(value, len, rec->key.bytes, sizeof(rec->key.bytes));
+				break;
+			case FS_CLAIM_LEASE:
+				ok = fs_state_field_value(value, len, rec->lease_id);
+				break;
+			case FS_CLAIM_EST_COST:
+				ok = fs_state_field_value(value, len, rec->est_cost);
+				break;
+			case FS_CLAIM_TENANT:
+				ok = fs_state_field_name(value, len, rec->tenant, FS_NAME_BUFLEN);
+				break;
+			default:
+				break;
+		}
+		if (ok)
+			seen |= 1 << field;
+	}
+	/* A claim needs every field: it names a row of a queue and its lease. */
+	return seen == ((1 << (FS_CLAIM_TENANT + 1)) - 2);
+}
+
+/*
+ * The claim-map section of a state file (`count` items in `bytes`): in the
+ * postmaster, before any backend exists (no locks).
+ */
 void
-fs_claim_map_restore(const FsClaimEntry *entries, uint64 count, FsQueue **queues,
+fs_claim_map_restore(const char *data, Size bytes, uint64 count, FsQueue **queues,
 					 uint64 nqueues, int64 next_lease_id)
 {
 	uint64		i;
+	Size		pos = 0;
 
 	for (i = 0; i < count; i++)
 	{
 		FsClaimEntry rec;
 		FsClaimEntry *entry;
+		FsStateItem item;
 		bool		found;
 		uint32		hashvalue;
 
-		memcpy(&rec, &entries[i], sizeof(rec));
-		if (rec.key.queue_id >= nqueues || queues[rec.key.queue_id] == NULL)
+		if (!fs_state_item_next(data, bytes, &pos, &item))
+			break;
+		if (!fs_claim_map_read(&item, &rec) ||
+			rec.key.queue_id >= nqueues || queues[rec.key.queue_id] == NULL)
 			continue;
 		/* Values as fs_claim_key_make() and a claim make them, or nothing. */
 		if (rec.lease_id <= 0 || rec.lease_id >= next_lease_id || rec.key.hashed > 1 ||

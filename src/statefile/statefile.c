@@ -35,6 +35,7 @@
 #include "core/stateformat.h"
 #include "fairq/fairqueue.h"
 #include "slots/slots.h"
+#include "statefile/records.h"
 #include "statefile/statefile.h"
 
 PG_FUNCTION_INFO_V1(fs_save_state_now);
@@ -42,11 +43,14 @@ PG_FUNCTION_INFO_V1(fs_save_state_now);
 #define FS_STATE_MAGIC		0x46535331	/* "FSS1" */
 
 /*
- * Format versions: 2 added the owner role to each lease (FsLeaseRecord).
- * A version 1 file is still read: its leases come back without an owner
- * (see FsLease.owner).  Any other version is ignored.
+ * Format versions: 1 (0.4.0) wrote fixed-size records; 2 added the owner
+ * role to each lease; 3 writes every item field by field (stateformat.h).
+ * Files of versions 1 and 2 are still read for their queues and leases (a
+ * version 1 lease comes back without an owner, see FsLease.owner); their
+ * other sections are skipped.  Any other version is ignored.
  */
-#define FS_STATE_VERSION	2
+#define FS_STATE_VERSION	3
+#define FS_STATE_VERSION_OWNERS		2
 #define FS_STATE_VERSION_NO_OWNERS	1
 
 /* Refuse to read files larger than this (a sanity bound, not a format limit). */
@@ -74,23 +78,12 @@ typedef struct FsStateHeader
 	uint32		magic;
 	uint32		version;
 	uint32		kind;			/* FsStateKind */
-	uint32		tenant_size;	/* sizeof(FsTenant) when written */
-	uint32		lease_size;		/* sizeof(FsLeaseRecord) */
-	uint32		stats_size;		/* sizeof(FsGlobalStats) */
+	uint32		tenant_size;	/* versions 1 and 2: the records' sizes; */
+	uint32		lease_size;		/* 0 since version 3 */
+	uint32		stats_size;
 	TimestampTz saved_at;
 	int64		next_lease_id;
 } FsStateHeader;
-
-
-typedef struct FsLeaseRecord
-{
-	int64		lease_id;
-	uint32		queue_index;
-	char		tenant[FS_NAME_BUFLEN];
-	TimestampTz acquired_at;
-	TimestampTz expires_at;
-	Oid			owner;			/* since version 2 */
-} FsLeaseRecord;
 
 /* A lease as version 1 wrote it: no owner. */
 typedef struct FsLeaseRecordV1
@@ -102,14 +95,22 @@ typedef struct FsLeaseRecordV1
 	TimestampTz expires_at;
 } FsLeaseRecordV1;
 
-StaticAssertDecl(sizeof(FsLeaseRecord) != sizeof(FsLeaseRecordV1),
-				 "the lease records of versions 1 and 2 must differ in size");
+/* A lease as version 2 wrote it: version 1's, and its owner. */
+typedef struct FsLeaseRecordV2
+{
+	FsLeaseRecordV1 v1;
+	Oid			owner;
+} FsLeaseRecordV2;
 
-/* The size of a lease record in a file of this version. */
+StaticAssertDecl(sizeof(FsLeaseRecordV1) == 96 && sizeof(FsLeaseRecordV2) == 104,
+				 "the lease records of versions 1 and 2 keep the sizes those versions wrote");
+
+/* The size of a lease record in a file of this version (0: field by field). */
 static inline uint32
 fs_lease_record_size(uint32 version)
 {
-	return version == FS_STATE_VERSION_NO_OWNERS ? sizeof(FsLeaseRecordV1) : sizeof(FsLeaseRecord);
+	return version == FS_STATE_VERSION_NO_OWNERS ? sizeof(FsLeaseRecordV1) :
+		version == FS_STATE_VERSION_OWNERS ? sizeof(FsLeaseRecordV2) : 0;
 }
 
 /* ----------------------------------------------------------------
@@ -120,8 +121,7 @@ fs_lease_record_size(uint32 version)
 typedef struct FsSaveContext
 {
 	StringInfo	buf;
-	uint64		count;
-	uint64		capacity;		/* records the buffer was enlarged for */
+	uint64		count;			/* items written */
 	uint32		nqueues;		/* queues written; newer ones are skipped */
 } FsSaveContext;
 
@@ -129,18 +129,17 @@ static void
 fs_save_tenant(const FsTenant *tenant, void *arg)
 {
 	FsSaveContext *ctx = (FsSaveContext *) arg;
-	FsTenant	record;
+	StringInfo	buf = ctx->buf;
 
-	/* Queues are written in id order, so a queue's index is its id. */
 	/*
-	 * A scan a batch at a time may meet more entries than the table holds
-	 * at once (some come and go meanwhile): past the room made for them,
-	 * they are left out rather than allocated for under the locks.
+	 * Queues are written in id order, so a queue's index is its id.  A scan
+	 * a batch at a time may meet more entries than the table holds at once
+	 * (some come and go meanwhile): past the room made for them, they are
+	 * left out rather than allocated for under the locks.
 	 */
-	if (tenant->key.queue_id >= ctx->nqueues || ctx->count >= ctx->capacity)
+	if (tenant->key.queue_id >= ctx->nqueues || !fs_state_item_fits(buf, FS_TENANT_ITEM_MAX))
 		return;
-	memcpy(&record, tenant, sizeof(FsTenant));
-	appendBinaryStringInfo(ctx->buf, (char *) &record, sizeof(record));
+	fs_state_write_tenant(buf, tenant);
 	ctx->count++;
 }
 
@@ -148,19 +147,12 @@ static void
 fs_save_lease(const FsLeaseInfo *lease, void *arg)
 {
 	FsSaveContext *ctx = (FsSaveContext *) arg;
-	FsLeaseRecord record;
+	StringInfo	buf = ctx->buf;
 
 	/* As for tenants: never past the room made for them. */
-	if (lease->tenant_key.queue_id >= ctx->nqueues || ctx->count >= ctx->capacity)
+	if (lease->tenant_key.queue_id >= ctx->nqueues || !fs_state_item_fits(buf, FS_LEASE_ITEM_MAX))
 		return;
-	memset(&record, 0, sizeof(record));
-	record.lease_id = lease->lease_id;
-	record.queue_index = lease->tenant_key.queue_id;
-	memcpy(record.tenant, lease->tenant_key.tenant, FS_NAME_BUFLEN);
-	record.acquired_at = lease->acquired_at;
-	record.expires_at = lease->expires_at;
-	record.owner = lease->owner;
-	appendBinaryStringInfo(ctx->buf, (char *) &record, sizeof(record));
+	fs_state_write_lease(buf, lease);
 	ctx->count++;
 }
 
@@ -178,7 +170,9 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	FsStateHeader header;
 	FsSaveContext ctx;
 	FsGlobalStats stats;
+	FsQueueKey *queue_keys;
 	Size		at;
+	Size		room;
 	int			nqueues;
 	int			i;
 	pg_crc32c	crc;
@@ -199,50 +193,53 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	header.magic = FS_STATE_MAGIC;
 	header.version = FS_STATE_VERSION;
 	header.kind = kind;
-	header.tenant_size = sizeof(FsTenant);
-	header.lease_size = sizeof(FsLeaseRecord);
-	header.stats_size = sizeof(FsGlobalStats);
 	header.saved_at = GetCurrentTimestamp();
 	header.next_lease_id = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
 	appendBinaryStringInfo(&buf, (char *) &header, sizeof(header));
 
-	/* Queues, in id order: a queue's index in the file is its id. */
+	/*
+	 * Queues, in id order: a queue's index in the file is its id.  Copied
+	 * out under the lock into room made before it (queues are only ever
+	 * added: those counted first are there), written after.
+	 */
+	nqueues = Min(fs_shared->num_queues, fs_max_queues);
+	queue_keys = palloc(sizeof(FsQueueKey) * Max(nqueues, 1));
 	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
-	nqueues = fs_shared->num_queues;
-	at = fs_state_section_begin(&buf, FS_SECTION_QUEUES, sizeof(FsQueueKey));
 	for (i = 0; i < nqueues; i++)
-		appendBinaryStringInfo(&buf, (char *) &fs_shared->queues[i]->key, sizeof(FsQueueKey));
-	fs_state_section_end(&buf, at, nqueues);
+		queue_keys[i] = fs_shared->queues[i]->key;
 	LWLockRelease(fs_shared->queues_lock);
+	at = fs_state_section_begin(&buf, FS_SECTION_QUEUES, 0);
+	for (i = 0; i < nqueues; i++)
+		fs_state_write_queue(&buf, &queue_keys[i]);
+	fs_state_section_end(&buf, at, nqueues);
 	ctx.nqueues = (uint32) nqueues;
 
 	ctx.buf = &buf;
 	if (kind == FS_STATE_CLEAN)
 	{
 		ctx.count = 0;
-		at = fs_state_section_begin(&buf, FS_SECTION_TENANTS, sizeof(FsTenant));
+		at = fs_state_section_begin(&buf, FS_SECTION_TENANTS, 0);
 		/* Room for every entry now: the visitor runs under the table's locks. */
-		ctx.capacity = Min((Size) fs_max_tenants,
-						   (MaxAllocSize - (Size) buf.len - 1) / sizeof(FsTenant));
-		enlargeStringInfo(&buf, (int) (ctx.capacity * sizeof(FsTenant)));
+		room = Min((Size) fs_max_tenants * FS_TENANT_ITEM_MAX,
+				   MaxAllocSize - (Size) buf.len - 1);
+		enlargeStringInfo(&buf, (int) room);
 		fs_tenant_foreach(fs_save_tenant, &ctx);
 		fs_state_section_end(&buf, at, ctx.count);
 
 		SpinLockAcquire(&fs_shared->stats_mutex);
 		memcpy(&stats, &fs_shared->stats, sizeof(stats));
 		SpinLockRelease(&fs_shared->stats_mutex);
-		at = fs_state_section_begin(&buf, FS_SECTION_STATS, sizeof(FsGlobalStats));
-		appendBinaryStringInfo(&buf, (char *) &stats, sizeof(stats));
+		at = fs_state_section_begin(&buf, FS_SECTION_STATS, 0);
+		fs_state_write_stats(&buf, &stats);
 		fs_state_section_end(&buf, at, 1);
 	}
 
 	/* Tenants a lease names were created before the lease: queues suffice. */
 	ctx.count = 0;
-	at = fs_state_section_begin(&buf, FS_SECTION_LEASES, sizeof(FsLeaseRecord));
+	at = fs_state_section_begin(&buf, FS_SECTION_LEASES, 0);
 	/* As for tenants: no allocation while the lease locks are held. */
-	ctx.capacity = Min((Size) fs_max_leases,
-					   (MaxAllocSize - (Size) buf.len - 1) / sizeof(FsLeaseRecord));
-	enlargeStringInfo(&buf, (int) (ctx.capacity * sizeof(FsLeaseRecord)));
+	room = Min((Size) fs_max_leases * FS_LEASE_ITEM_MAX, MaxAllocSize - (Size) buf.len - 1);
+	enlargeStringInfo(&buf, (int) room);
 	fs_lease_foreach(fs_save_lease, &ctx);
 	fs_state_section_end(&buf, at, ctx.count);
 
@@ -367,6 +364,36 @@ fs_statefile_read_all(Size *len)
 }
 
 /*
+ * How many bytes the items of `section` take, from r->pos on: fixed-size
+ * items (versions 1 and 2) or field-by-field ones, each of which must fit.
+ * False when they do not fit in the file.
+ */
+static bool
+fs_section_bytes(const FsReader *r, const FsSectionHeader *section, Size *bytes)
+{
+	Size		avail = r->len - r->pos;
+	Size		pos = 0;
+	uint64		i;
+
+	if (section->item_size > 0)
+	{
+		if (section->count > avail / section->item_size)
+			return false;
+		*bytes = section->count * section->item_size;
+		return true;
+	}
+	for (i = 0; i < section->count; i++)
+	{
+		FsStateItem item;
+
+		if (!fs_state_item_next(r->data + r->pos, avail, &pos, &item))
+			return false;
+	}
+	*bytes = pos;
+	return true;
+}
+
+/*
  * Check the whole file before applying anything: header, CRC, and that the
  * sections add up to exactly the file's length.
  */
@@ -386,15 +413,11 @@ fs_statefile_check(const char *data, Size len, FsStateHeader *header)
 	if (!fs_read(&r, header, sizeof(*header)) ||
 		header->magic != FS_STATE_MAGIC)
 		return false;
-	/*
-	 * The tenant section is read only when its records are this build's
-	 * (checked where it is read), so a file whose tenant records differ
-	 * still gives back its leases.
-	 */
+	/* Sections this build cannot read are skipped, not the file. */
 	if ((header->version != FS_STATE_VERSION &&
+		 header->version != FS_STATE_VERSION_OWNERS &&
 		 header->version != FS_STATE_VERSION_NO_OWNERS) ||
-		header->lease_size != fs_lease_record_size(header->version) ||
-		header->stats_size != sizeof(FsGlobalStats))
+		header->lease_size != fs_lease_record_size(header->version))
 	{
 		ereport(LOG,
 				(errmsg("ignoring fairshare state file \"%s\": it was written by another version of fairshare",
@@ -415,14 +438,15 @@ fs_statefile_check(const char *data, Size len, FsStateHeader *header)
 
 	for (;;)
 	{
+		Size		bytes;
+
 		if (!fs_read(&r, &section, sizeof(section)))
 			return false;
 		if (section.tag == FS_SECTION_END)
 			return r.pos == r.len;
-		if (section.item_size == 0 ||
-			section.count > (r.len - r.pos) / section.item_size)
+		if (!fs_section_bytes(&r, &section, &bytes))
 			return false;
-		r.pos += section.count * section.item_size;
+		r.pos += bytes;
 	}
 }
 
@@ -471,6 +495,47 @@ fs_sanitize_tenant(FsTenant *entry, TimestampTz now)
 		entry->throttle = 1.0;
 }
 
+/*
+ * Restore a tenant item: its counters, balance and last limits come back
+ * (slots come from leases; backlogs are recounted from the tables on first
+ * use).  False when it names no queue or tenant, or the table is full.
+ */
+static bool
+fs_restore_tenant(FsStateItem *item, FsQueue **queues, FsQueueKey *queue_keys,
+				  uint64 nqueues, TimestampTz now)
+{
+	FsTenant	record;
+	FsTenantKey key;
+	FsTenant   *entry;
+	FsQueue    *queue;
+	uint32		queue_index;
+
+	if (!fs_state_read_tenant(item, &record, &queue_index, now))
+		return false;
+	queue = fs_restored_queue(queues, queue_keys, nqueues, queue_index);
+	if (queue == NULL)
+		return false;
+	fs_tenant_key_init(&key, queue->queue_id, record.key.tenant);
+	entry = fs_tenant_insert_unlocked(&key);
+	if (entry == NULL)
+		return false;
+	entry->token_balance = record.token_balance;
+	entry->touched_at = Min(record.touched_at, now);
+	entry->virtual_finish = record.virtual_finish;
+	memcpy(entry->decisions, record.decisions, sizeof(entry->decisions));
+	entry->leases_expired = record.leases_expired;
+	entry->failed_to_deliver = record.failed_to_deliver;
+	entry->served_ms = record.served_ms;
+	/* Until its limits load, keep what it last had. */
+	entry->max_slots = record.max_slots;
+	entry->min_slots = record.min_slots;
+	entry->weight = record.weight;
+	entry->budget_ms_per_minute = record.budget_ms_per_minute;
+	entry->throttle = record.throttle;
+	fs_sanitize_tenant(entry, now);
+	return true;
+}
+
 static void
 fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 {
@@ -491,60 +556,43 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 
 	while (fs_read(&r, &section, sizeof(section)) && section.tag != FS_SECTION_END)
 	{
-		Size		next = r.pos + section.count * section.item_size;
+		Size		bytes;
+		Size		next;
+		Size		pos = 0;
+		FsStateItem item;
+
+		if (!fs_section_bytes(&r, &section, &bytes))
+			break;				/* cannot happen: the file was checked */
+		next = r.pos + bytes;
 
 		switch (section.tag)
 		{
 			case FS_SECTION_QUEUES:
-				if (section.item_size != sizeof(FsQueueKey) || queues != NULL)
+				if (queues != NULL ||
+					(section.item_size != 0 && section.item_size != sizeof(FsQueueKey)))
 					break;
 				nqueues = section.count;
 				queues = palloc0(sizeof(FsQueue *) * Max(nqueues, 1));
-				queue_keys = palloc(sizeof(FsQueueKey) * Max(nqueues, 1));
+				queue_keys = palloc0(sizeof(FsQueueKey) * Max(nqueues, 1));
 				for (i = 0; i < nqueues; i++)
-					fs_read(&r, &queue_keys[i], sizeof(FsQueueKey));
+				{
+					if (section.item_size != 0)
+						fs_read(&r, &queue_keys[i], sizeof(FsQueueKey));
+					else if (fs_state_item_next(r.data + r.pos, bytes, &pos, &item))
+						fs_state_read_queue(&item, &queue_keys[i]);
+				}
 				break;
 
 			case FS_SECTION_TENANTS:
-				if (!clean || section.item_size != sizeof(FsTenant))
+				if (!clean || section.item_size != 0)
 					break;
 				for (i = 0; i < section.count; i++)
 				{
-					FsTenant	record;
-					FsTenantKey key;
-					FsTenant   *entry;
-
-					fs_read(&r, &record, sizeof(record));
-					queue = fs_restored_queue(queues, queue_keys, nqueues, record.key.queue_id);
-					if (queue == NULL || !fs_name_ok(record.key.tenant))
-					{
+					if (fs_state_item_next(r.data + r.pos, bytes, &pos, &item) &&
+						fs_restore_tenant(&item, queues, queue_keys, nqueues, now))
+						tenants++;
+					else
 						tenants_dropped++;
-						continue;
-					}
-					fs_tenant_key_init(&key, queue->queue_id, record.key.tenant);
-					entry = fs_tenant_insert_unlocked(&key);
-					if (entry == NULL)
-					{
-						tenants_dropped++;
-						continue;
-					}
-					/* Counters and balances come back; slots come from leases. */
-					entry->token_balance = record.token_balance;
-					entry->touched_at = Min(record.touched_at, now);
-					entry->virtual_finish = record.virtual_finish;
-					/* Backlogs are recounted from the tables on first use. */
-					memcpy(entry->decisions, record.decisions, sizeof(entry->decisions));
-					entry->leases_expired = record.leases_expired;
-					entry->failed_to_deliver = record.failed_to_deliver;
-					entry->served_ms = record.served_ms;
-					/* Until its limits load, keep what it last had. */
-					entry->max_slots = record.max_slots;
-					entry->min_slots = record.min_slots;
-					entry->weight = record.weight;
-					entry->budget_ms_per_minute = record.budget_ms_per_minute;
-					entry->throttle = record.throttle;
-					fs_sanitize_tenant(entry, now);
-					tenants++;
 				}
 				break;
 
@@ -557,21 +605,28 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 					FsTenantKey key;
 					FsTenant   *entry;
 
-					if (header->version == FS_STATE_VERSION_NO_OWNERS)
+					if (section.item_size == 0)
 					{
-						FsLeaseRecordV1 v1;
-
-						/* Field by field: the layouts differ. */
-						fs_read(&r, &v1, sizeof(v1));
-						record.lease_id = v1.lease_id;
-						record.queue_index = v1.queue_index;
-						memcpy(record.tenant, v1.tenant, FS_NAME_BUFLEN);
-						record.acquired_at = v1.acquired_at;
-						record.expires_at = v1.expires_at;
-						record.owner = InvalidOid;
+						if (!fs_state_item_next(r.data + r.pos, bytes, &pos, &item) ||
+							!fs_state_read_lease(&item, &record))
+						{
+							leases_dropped++;
+							continue;
+						}
 					}
 					else
-						fs_read(&r, &record, sizeof(record));
+					{
+						/* Version 1 or 2: a version 1 lease has no owner. */
+						FsLeaseRecordV2 v2 = {{0}, InvalidOid};
+
+						fs_read(&r, &v2, section.item_size);
+						record.lease_id = v2.v1.lease_id;
+						record.queue_index = v2.v1.queue_index;
+						memcpy(record.tenant, v2.v1.tenant, FS_NAME_BUFLEN);
+						record.acquired_at = v2.v1.acquired_at;
+						record.expires_at = v2.v1.expires_at;
+						record.owner = v2.owner;
+					}
 					if (record.expires_at <= now)
 					{
 						leases_expired++;
@@ -603,9 +658,10 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 				break;
 
 			case FS_SECTION_STATS:
-				if (clean && section.item_size == sizeof(FsGlobalStats) && section.count == 1)
+				if (clean && section.item_size == 0 && section.count == 1 &&
+					fs_state_item_next(r.data + r.pos, bytes, &pos, &item))
 				{
-					fs_read(&r, &fs_shared->stats, sizeof(FsGlobalStats));
+					fs_state_read_stats(&item, &fs_shared->stats);
 					if (fs_shared->stats.reset_at > now ||
 						fs_shared->stats.reset_at < now - FS_RESTORE_MAX_AGE)
 						fs_shared->stats.reset_at = now;
@@ -614,9 +670,10 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 
 			case FS_SECTION_FAIRQ_QUEUES:
 			case FS_SECTION_FAIRQ_CLAIMS:
-				fs_fairqueue_restore_section(section.tag, r.data + r.pos, section.item_size,
-											 section.count, queues, nqueues, clean,
-											 header->next_lease_id);
+				if (section.item_size == 0)
+					fs_fairqueue_restore_section(section.tag, r.data + r.pos, bytes,
+												 section.count, queues, nqueues, clean,
+												 header->next_lease_id);
 				break;
 
 			default:

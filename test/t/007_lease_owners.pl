@@ -1,8 +1,9 @@
 # A lease's owner survives restarts and crashes (the state file keeps it);
-# a state file of format version 1, from before owners, is still read and
-# its leases come back without an owner (the first role to renew one
-# becomes its owner); a file of a version this build does not know is
-# ignored, never misread.
+# a state file of format version 1 (0.4.0), from before owners, is still
+# read and its leases come back without an owner (the first role to renew
+# one becomes its owner); a version 3 file (field by field) with fields and
+# sections of a later build gives back what this build knows; a file of a
+# version this build does not know is ignored, never misread.
 use strict;
 use warnings;
 
@@ -61,47 +62,31 @@ sub crc32c
 	return $crc ^ 0xFFFFFFFF;
 }
 
-# Rewrite the (clean) state file: version $version, leases without owners
-# when $drop_owner, tenant records of $tenant_bytes bytes when given (as
-# 0.4.0 wrote them: 224; their contents do not matter, the section is
-# skipped when its records are not this build's).  Header: magic, version, kind, tenant_size, lease_size,
-# stats_size (uint32 each), saved_at, next_lease_id (int64): 40 bytes.
-# Sections: tag, item_size (uint32), count (uint64), then the items.
+# The state file as 0.4.0 wrote it (format version 1: fixed-size records,
+# no lease owners), made from scratch: a header (magic, version, kind,
+# tenant_size, lease_size, stats_size as uint32; saved_at, next_lease_id as
+# int64: 40 bytes), then sections (tag, item_size as uint32, count as
+# uint64: 16 bytes) and their items, then the END section and the CRC.
+# Queues are (dboid uint32, name char[64]); leases (lease_id int64,
+# queue_index uint32, tenant char[64], 4 bytes of padding, acquired_at and
+# expires_at int64: 96 bytes); the tenant records (224 bytes in 0.4.0) are
+# zeros here, as this build skips them.  The next lease id comes from the
+# file this build wrote (its header is laid out as version 1's).
 my $file = $node->data_dir . '/pg_stat/fairshare.state';
-sub rewrite_state
+sub write_v1_state
 {
-	my ($version, $drop_owner, $tenant_bytes) = @_;
+	my ($version, %lease) = @_;
 	my $data = slurp_file($file);
-	$data = substr($data, 0, length($data) - 4);    # the CRC
-	my ($magic, undef, $kind, $tenant_size, $lease_size, $stats_size) = unpack('V6', $data);
-	my $v2_lease = 104;    # owner at offset 96, then padding
-	die "unexpected lease record size $lease_size" unless $lease_size == $v2_lease;
-	my $new_lease = $drop_owner ? 96 : $lease_size;
-	my $new_tenant = $tenant_bytes // $tenant_size;
-	my $out = pack('V6', $magic, $version, $kind, $new_tenant, $new_lease, $stats_size) .
-	  substr($data, 24, 16);
-	my $pos = 40;
-	while ($pos < length($data))
-	{
-		my ($tag, $size, $lo, $hi) = unpack('V4', substr($data, $pos, 16));
-		my $count = $lo + $hi * 2**32;
-		my $items = substr($data, $pos + 16, $size * $count);
-		$pos += 16 + $size * $count;
-		if ($tag == 3 && $drop_owner)
-		{
-			$out .= pack('V4', $tag, $new_lease, $lo, $hi);
-			$out .= substr($items, $_ * $size, $new_lease) for 0 .. $count - 1;
-		}
-		elsif ($tag == 2 && $new_tenant != $size)
-		{
-			$out .= pack('V4', $tag, $new_tenant, $lo, $hi);
-			$out .= substr($items . ("\0" x $new_tenant), $_ * $size, $new_tenant) for 0 .. $count - 1;
-		}
-		else
-		{
-			$out .= pack('V4', $tag, $size, $lo, $hi) . $items;
-		}
-	}
+	my (undef, undef, undef, undef, undef, undef, $saved_lo, $saved_hi, $next_lo, $next_hi) =
+	  unpack('V10', $data);
+	my $section = sub { my ($tag, $size, $count) = @_; pack('V4', $tag, $size, $count, 0) };
+	my $out = pack('V10', 0x46535331, $version, 1, 224, 96, 88, $saved_lo, $saved_hi, $next_lo, $next_hi);
+	$out .= $section->(1, 68, 1) . pack('V a64', $lease{dboid}, $lease{queue});
+	$out .= $section->(2, 224, 1) . ("\0" x 224);
+	my $q64 = sub { pack('V2', $_[0] % 2**32, int($_[0] / 2**32)) };
+	$out .= $section->(3, 96, 1) . $q64->($lease{id}) . pack('V a64 V', 0, $lease{tenant}, 0) .
+	  $q64->($lease{acquired}) . $q64->($lease{expires});
+	$out .= $section->(0xFFFF, 0, 0);
 	$out .= pack('V', crc32c($out));
 	open(my $fh, '>', $file) or die "$file: $!";
 	binmode $fh;
@@ -109,9 +94,17 @@ sub rewrite_state
 	close $fh;
 }
 
-# Version 1, with 0.4.0's tenant records: leases come back without an owner.
+# The lease, in PostgreSQL's microseconds since 2000.
+my %lease = (id => $lease, queue => 'own', tenant => 'acme');
+($lease{dboid}, $lease{acquired}, $lease{expires}) = split /\|/, $q->(qq{
+	SELECT (SELECT oid FROM pg_database WHERE datname = current_database()),
+	       ((extract(epoch FROM acquired_at) - 946684800) * 1000000)::bigint,
+	       ((extract(epoch FROM expires_at) - 946684800) * 1000000)::bigint
+	  FROM fs_leases WHERE lease_id = $lease});
+
+# Version 1, as 0.4.0 wrote it: leases come back without an owner.
 $node->stop;
-rewrite_state(1, 1, 224);
+write_v1_state(1, %lease);
 my $logstart = -s $node->logfile;
 $node->start;
 ok(!$node->log_contains(qr/ignoring fairshare state file/, $logstart), 'a version 1 file is read');
@@ -126,9 +119,45 @@ is($q->("SELECT owner FROM fs_leases WHERE lease_id = $lease"), 'bob', 'and beco
 ($out, $err) = $as->('alice', "SELECT fs_release_slot($lease)");
 like($err, qr/permission denied to release lease $lease/, 'then it is that role\'s lease');
 
+# Version 3 (field by field), as a later build might write it: a lease item
+# with a field this build does not know (id 200), and a section it does not
+# know (tag 77).  The lease comes back whole; the rest is skipped.
+sub write_v3_state
+{
+	my (%lease) = @_;
+	my $data = slurp_file($file);
+	my @h = unpack('V10', $data);
+	my $section = sub { my ($tag, $count, $items) = @_; pack('V4', $tag, 0, $count, 0) . $items };
+	my $field = sub { my ($id, $bytes) = @_; pack('C C', $id, length($bytes)) . $bytes };
+	my $item = sub { my $b = join('', @_); pack('v', length($b)) . $b };
+	my $q64 = sub { pack('V2', $_[0] % 2**32, int($_[0] / 2**32)) };
+	my $out = pack('V10', 0x46535331, 3, 1, 0, 0, 0, @h[6 .. 9]);
+	$out .= $section->(1, 1, $item->($field->(1, pack('V', $lease{dboid})), $field->(2, $lease{queue}),
+		$field->(9, 'a later field of queues')));
+	$out .= $section->(77, 1, $item->($field->(1, 'a later section')));
+	$out .= $section->(3, 1, $item->($field->(1, $q64->($lease{id})), $field->(200, 'later'),
+		$field->(2, pack('V', 0)), $field->(3, $lease{tenant}), $field->(4, $q64->($lease{acquired})),
+		$field->(5, $q64->($lease{expires})), $field->(6, pack('V', $lease{owner}))));
+	$out .= pack('V4', 0xFFFF, 0, 0, 0);
+	$out .= pack('V', crc32c($out));
+	open(my $fh, '>', $file) or die "$file: $!";
+	binmode $fh;
+	print $fh $out;
+	close $fh;
+}
+$lease{owner} = $q->("SELECT 'bob'::regrole::oid");
+$node->stop;
+write_v3_state(%lease);
+$logstart = -s $node->logfile;
+$node->start;
+ok(!$node->log_contains(qr/ignoring fairshare state file/, $logstart),
+	'a version 3 file with a later field and section is read');
+is($q->("SELECT state || '/' || owner FROM fs_leases WHERE lease_id = $lease"), 'live/bob',
+	'its lease comes back whole, owner included');
+
 # A version this build does not know: ignored, and said so.
 $node->stop;
-rewrite_state(99, 0);
+write_v1_state(99, %lease);
 $logstart = -s $node->logfile;
 $node->start;
 ok($node->log_contains(qr/ignoring fairshare state file .* written by another version/, $logstart),
