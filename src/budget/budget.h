@@ -30,7 +30,7 @@ extern void fs_budget_init(void);
 extern bool fs_budget_state_lost(TimestampTz now);
 extern void fs_budget_refund_at_abort(FsQueue *queue, const char *tenant, float8 tokens);
 
-/* Fair dequeue (fairqueue.c) */
+/* Fair dequeue (fairq/) */
 #define FS_BUDGET_DEFAULT_COST_MS	100.0	/* as fs_spend_tokens' cost_ms */
 extern bool fs_budget_claim(FsQueue *queue, const char *tenant, float8 cost_ms,
 							TimestampTz now, float8 *taken);

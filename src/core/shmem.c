@@ -75,7 +75,7 @@
  *	  held across SPI or other I/O: loading limits (SPI) happens with no
  *	  fairshare lock held at all.
  *
- * 8. Fair dequeue (fairqueue.c).  Each queue has one LWLock over its fair
+ * 8. Fair dequeue (fairq/order.c).  Each queue has one LWLock over its fair
  *	  order (the heap of backlogged tenants and the virtual time), held
  *	  EXCLUSIVE for a claim's planning and settling (no SPI, no I/O under it)
  *	  and by commits that make a tenant backlogged.  Order: a tenant

@@ -116,7 +116,7 @@ typedef struct FsTenant
 								 * a mismatch means the entry was reused */
 	/* Not under `mutex`: under the fair-order lock of the entry's queue. */
 	int32		heap_index;		/* with FS_TENANT_QUEUED: its position in
-								 * the queue's fair order (fairqueue.c) */
+								 * the queue's fair order (fairq/order.c) */
 	/* Under the entry's partition lock EXCLUSIVE: its partition's list. */
 	dlist_node	scan_link;		/* scanlist.h */
 } FsTenant;
@@ -124,7 +124,7 @@ typedef struct FsTenant
 /* FsTenant.flags */
 #define FS_TENANT_NEW			0x01	/* created by this decision */
 #define FS_TENANT_QUEUED		0x02	/* listed in its queue's fair order
-										 * (fairqueue.c): pins the entry */
+										 * (fairq/order.c): pins the entry */
 #define FS_TENANT_DRY			0x04	/* its last claim found fewer rows than
 										 * counted: skipped for a while */
 

@@ -9,7 +9,7 @@
  * rows are ready.  Triggers keep per-tenant counts of ready rows in shared
  * memory (applied at commit), and fs_claim() claims rows in start-time fair
  * queueing order, FOR UPDATE SKIP LOCKED in the caller's transaction, each
- * with a slot lease.  See fairqueue.c for the design.
+ * with a slot lease.  See order.c for the design.
  *
  *-------------------------------------------------------------------------
  */

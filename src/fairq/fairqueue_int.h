@@ -1,10 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * fairqueue_int.h
- *	  Fair dequeue, inside: the declarations its three files share.
+ *	  Fair dequeue, inside: the declarations its files share.
  *
- *	  fairqueue.c           fair order in shared memory, fs_claim(),
- *	                        fs_ready_tenants(), resync, metrics, state file
+ *	  order.c               the fair order in shared memory (each queue's
+ *	                        heap of backlogged tenants), backlog changes as
+ *	                        commits apply them; how fair dequeue works
+ *	  plan.c                planning a claim under the queue's lock
+ *	  claim.c               fs_claim() and fs_ready_tenants()
+ *	  recount.c             recounting backlogs from the table (fs_resync)
+ *	  metrics.c             fs_fairness and fs_fair_shares
+ *	  saved.c               fair dequeue's sections of the state file
  *	  fairqueue_register.c  fs_register_queue(): validating the SQL a queue
  *	                        is defined by, its triggers and index, and the
  *	                        per-backend cache of registrations
@@ -24,6 +30,7 @@
 
 #include "core/run_as.h"
 #include "fairq/fairqueue.h"
+#include "gate/gate.h"
 
 /*
  * Heap entries are kept in chunks of this many (a power of two), found
@@ -352,5 +359,140 @@ extern uint64 fs_claim_map_save(StringInfo buf, uint32 nqueues);
 extern void fs_claim_map_restore(const char *data, Size bytes, uint64 count,
 								 FsQueue **queues, uint64 nqueues, int64 next_lease_id);
 extern long fs_claim_map_count(uint32 queue_id);
+
+/* ----------------------------------------------------------------
+ * Shared between the files of fair dequeue (order.c, plan.c, claim.c,
+ * recount.c, metrics.c)
+ * ----------------------------------------------------------------
+ */
+
+/* Weight of the newest sample in the moving averages of cost and run time. */
+#define FS_EMA_ALPHA		0.05
+
+/* Weights below this are treated as this (keeps tags finite). */
+#define FS_MIN_WEIGHT		1e-6
+
+static inline float8
+fs_fair_weight(float8 weight)
+{
+	return Max(weight, FS_MIN_WEIGHT);
+}
+
+/* Chunks a directory of `depth` levels can address: F^depth. */
+static inline int64
+fs_heap_span(int depth)
+{
+	return (int64) 1 << (depth * FS_HEAP_FANOUT_SHIFT);
+}
+
+/* Item i of the heap (i < nchunks * FS_HEAP_CHUNK): down the directory. */
+static inline FsHeapItem *
+fs_heap_at(const FsFairQueue *fq, int32 i)
+{
+	uint32		chunk = (uint32) i >> FS_HEAP_CHUNK_SHIFT;
+	int32		id = fq->heap_root;
+	int			shift;
+
+	/* The digits of the chunk number in base F, the highest first. */
+	for (shift = fq->heap_depth * FS_HEAP_FANOUT_SHIFT; shift > 0; shift -= FS_HEAP_FANOUT_SHIFT)
+		id = fs_fair->nodes[id].ids[(chunk >> (shift - FS_HEAP_FANOUT_SHIFT)) & (FS_HEAP_FANOUT - 1)];
+	return &fs_fair->chunks[((Size) id << FS_HEAP_CHUNK_SHIFT) + (i & (FS_HEAP_CHUNK - 1))];
+}
+
+/* Order: smaller tag first, then by name (tenant keys never change). */
+static inline bool
+fs_heap_less(const FsHeapItem *a, const FsHeapItem *b)
+{
+	if (a->key != b->key)
+		return a->key < b->key;
+	return strcmp(a->tenant->key.tenant, b->tenant->key.tenant) < 0;
+}
+
+#ifdef FS_DEBUG
+extern void fs_fair_debug_check(FsFairQueue *fq);
+#define FS_FAIR_DEBUG_CHECK(fq) fs_fair_debug_check(fq)
+#else
+#define FS_FAIR_DEBUG_CHECK(fq) ((void) 0)
+#endif
+
+/* One tenant of a plan. */
+typedef struct FsPlanTenant
+{
+	char		name[FS_NAME_BUFLEN];
+	FsTenant   *entry;			/* only while planning, under fq->lock */
+	float8		weight;
+	int32		planned;		/* rows reserved */
+	int32		admitted;		/* of which got a lease */
+	int32		got;			/* of which the query returned */
+	float8		charge;			/* tag advance made by the plan */
+	float8		est_cost;		/* cost charged per planned row */
+	float8	   *starts;			/* start tag of each planned row (after planning) */
+	int64	   *leases;			/* a lease per admitted row */
+	float8	   *taken;			/* the tokens each admitted row took */
+	float8		cost_fix;		/* tag correction for real costs (unweighted) */
+	float8		served_fix;
+	int32		unkeyed;		/* rows got without a key: reservation given back */
+} FsPlanTenant;
+
+typedef struct FsPlan
+{
+	int			ntenants;
+	int			capacity;		/* of tenants[] and the map */
+	FsPlanTenant *tenants;
+	FsTenant  **map_keys;		/* open addressing: entry -> index */
+	int		   *map_values;
+	int			map_size;
+	int32		want;
+	float8		vtime_before;
+	float8		vtime_after;
+	uint64		resync_gen;
+	FsHeapItem *aside;			/* taken off the heap while planning */
+	int			naside;
+	int			aside_capacity;
+	int32	   *floor_candidates;	/* heap positions, for fs_plan_floors() */
+	int32		floor_capacity;
+	int32		npicks;			/* rows planned, in order: */
+	int		   *pick_tenant;	/* index into tenants[] */
+	float8	   *pick_start;		/* start tag */
+	FsGateCapacity cap;			/* the global gate, as of the plan */
+	float8		budget_cost;	/* tokens (ms) a claimed row takes */
+	bool		skip_dry;		/* pass over tenants that came up short lately */
+	bool		skipped_dry;	/* ... and some were passed over */
+} FsPlan;
+
+/* What planning needs to know about a tenant, read under its spinlock. */
+typedef struct FsTenantView
+{
+	int64		ready;
+	int32		slots;
+	bool		dry;
+	float8		balance;		/* tokens now; infinity without a budget */
+	FsLimits	limits;
+} FsTenantView;
+
+/* Can the tenant pay for `rows` more rows of the plan's budget cost? */
+static inline bool
+fs_view_can_pay(const FsTenantView *v, int32 rows, float8 budget_cost)
+{
+	return v->balance >= budget_cost * rows;
+}
+
+extern void fs_heap_sift_down(FsFairQueue *fq, int32 i);
+extern void fs_heap_rebuild(FsFairQueue *fq);
+extern void fs_heap_shrink(FsFairQueue *fq, int32 reserved);
+extern void fs_heap_remove(FsFairQueue *fq, int32 i);
+extern int32 fs_heap_find(FsFairQueue *fq, const FsTenant *tenant);
+extern void fs_fair_push_locked(FsFairQueue *fq, const FsHeapItem *item);
+extern void fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always);
+extern void fs_fair_shift_tag_locked(FsFairQueue *fq, FsTenant *entry, float8 delta);
+extern void fs_plan_init(FsPlan *plan, int32 want, int aside_capacity, int32 floor_capacity);
+extern void fs_plan_split_starts(FsPlan *plan);
+extern void fs_tenant_view(FsTenant *entry, FsTenantView *v, TimestampTz now);
+extern float8 fs_fair_budget_cost(FsFairDesc *desc);
+extern int32 fs_plan_ceiling(const FsGateCapacity *cap, const FsTenantView *v);
+extern bool fs_item_dry(const FsHeapItem *item, const FsTenantView *v, TimestampTz now);
+extern void fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now);
+extern void fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now, float8 *tag_fix, float8 *served_fix);
+extern void fs_fair_measure_latency(FsFairDesc *desc, TimestampTz now);
 
 #endif							/* FAIRSHARE_FAIRQUEUE_INT_H */

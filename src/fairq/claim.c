@@ -1,0 +1,826 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.c
+ *	  fs_claim() and fs_ready_tenants(): a claim's plan admitted, its rows locked and settled.
+ *
+ * See order.c for how fair dequeue works, and fairqueue_int.h for which
+ * file does what.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/xact.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/procarray.h"
+#include "storage/shmem.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "budget/budget.h"
+#include "core/stateformat.h"
+#include "core/subxact.h"
+#include "fairq/fairqueue_int.h"
+#include "gate/gate.h"
+#include "limits/limits.h"
+#include "slots/slots.h"
+
+PG_FUNCTION_INFO_V1(fs_claim);
+PG_FUNCTION_INFO_V1(fs_ready_tenants);
+
+/* A claim takes at most this many rounds down the fair order. */
+#define FS_CLAIM_MAX_ROUNDS	16
+
+/* ----------------------------------------------------------------
+ * fs_claim()
+ * ----------------------------------------------------------------
+ */
+
+/* A row claimed, before it is handed back in fair order. */
+typedef struct FsClaimedRow
+{
+	float8		start;
+	int			seq;			/* tie-break: claim order */
+	int64		lease_id;
+	const char *tenant;
+	Datum		row;
+} FsClaimedRow;
+
+static int
+fs_claimed_row_cmp(const void *a, const void *b)
+{
+	const FsClaimedRow *x = (const FsClaimedRow *) a;
+	const FsClaimedRow *y = (const FsClaimedRow *) b;
+
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	return x->seq - y->seq;
+}
+
+typedef struct FsClaimOutput
+{
+	FsClaimedRow *rows;
+	int			count;
+	int			capacity;
+} FsClaimOutput;
+
+static void
+fs_claim_output_add(FsClaimOutput *out, float8 start, int64 lease_id, const char *tenant,
+					Datum row)
+{
+	FsClaimedRow *r;
+
+	Assert(out->count < out->capacity);
+	r = &out->rows[out->count];
+	r->start = start;
+	r->seq = out->count;
+	r->lease_id = lease_id;
+	r->tenant = tenant;
+	r->row = row;
+	out->count++;
+}
+
+/*
+ * Admission of the rows planned for one tenant: every row a claim returns
+ * passes through here, and only here.  A row is admitted with a slot lease
+ * (fs_slot_acquire: max_slots and the global gate); when a lease is denied
+ * the tenant gets no more rows in this claim.  Returns the rows admitted.
+ */
+static int32
+fs_claim_admit(FsQueue *queue, FsPlanTenant *pt, float8 budget_cost, int64 lease_usecs,
+			   TimestampTz now)
+{
+	int32		i;
+
+	FS_FAULT_POINT("claim_admit");
+	pt->leases = palloc(sizeof(int64) * Max(pt->planned, 1));
+	pt->taken = palloc(sizeof(float8) * Max(pt->planned, 1));
+	for (i = 0; i < pt->planned; i++)
+	{
+		FsSlotDecision decision;
+		float8		taken;
+
+		/* The budget pays for the row, then a slot runs it. */
+		if (!fs_budget_claim(queue, pt->name, budget_cost, now, &taken))
+			break;
+		fs_slot_acquire(queue, pt->name, lease_usecs, now, &decision);
+		if (decision.lease_id == 0)
+		{
+			fs_budget_unclaim(queue, pt->name, taken);
+			break;
+		}
+		pt->leases[i] = decision.lease_id;
+		pt->taken[i] = taken;
+	}
+	pt->admitted = i;
+	return i;
+}
+
+/*
+ * Run a claim query of `desc` in the caller's snapshot, with a fixed
+ * search_path; an error is reported by queue and piece, without the query.
+ * Its second column is the rows' key, whose type is the one the table gives
+ * the key expression now: DDL (ALTER COLUMN ... TYPE) may have made it
+ * another than the registered one, which the keys of the claim map and the
+ * claim query's parameter are of.  That is an error, not a value to
+ * interpret as the registered type.
+ */
+static void
+fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum *values,
+				 const char *nulls, const char *what)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int ret = 0;
+	Oid			key_type;
+
+	PG_TRY();
+	{
+		int			nest = fs_search_path_begin();
+
+		ret = SPI_execute_snapshot(plan, values, nulls, GetActiveSnapshot(), InvalidSnapshot,
+								   false, false, 0);
+		fs_search_path_end(nest);
+		if (ret != SPI_OK_SELECT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("the query failed: %s", SPI_result_code_string(ret))));
+	}
+	PG_CATCH();
+	{
+		fs_fair_query_error(cxt, desc, q, what);
+	}
+	PG_END_TRY();
+	key_type = SPI_gettypeid(SPI_tuptable->tupdesc, 2);
+	if (key_type != desc->key_type)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the key of queue \"%s\" is now of type %s, registered as %s",
+						desc->queue_name, format_type_be(key_type),
+						format_type_be(desc->key_type)),
+				 errhint("Register the queue again with fs_register_queue().")));
+}
+
+/*
+ * One round: plan, admit, lock the rows, settle.  Returns the rows claimed;
+ * *retry says whether another round may find more (a tenant was denied a
+ * lease or came back short, and is now known not to have capacity or rows).
+ */
+static int32
+fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
+			   FsClaimOutput *out, bool *retry)
+{
+	FsFairQueue *fq = desc->fq;
+	FsPlan		plan;
+	float8		est_cost;
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	ArrayType  *held;
+	Datum	   *names;
+	Datum	   *counts;
+	int		   *index_of;
+	int			nquery = 0;
+	int32		claimed = 0;
+	uint64		r;
+	int			i;
+	TupleDesc	tupdesc;
+
+	est_cost = desc->cost != NULL ? fq->avg_cost :
+		desc->charge_runtime ? fq->avg_runtime_ms : 1.0;
+	est_cost = fs_fair_clamp_cost(est_cost, false);
+
+	/*
+	 * Sized before the lock.  Tenants set aside are those at their ceiling
+	 * (or dry) ahead of the ones picked: a few per running job at most, so
+	 * this bound is generous; if it fills, the round ends early and the
+	 * next one goes on.
+	 */
+	*retry = false;
+	fs_plan_init(&plan, want, Min(Max(fq->nitems, 0), 4 * want + 1024) + 1,
+				 2 * Max(fq->nfloor, 0) + 16);
+	/* Each planned tenant's reservation, and its settlement after the query. */
+	fs_track_claims_reserve(2 * want);
+	fs_gate_capacity(desc->queue, now, &plan.cap);
+	plan.budget_cost = fs_fair_budget_cost(desc);
+	plan.skip_dry = true;
+	plan.skipped_dry = false;
+	fs_plan_make(fq, &plan, est_cost, now);
+	if (plan.ntenants == 0 && plan.skipped_dry)
+	{
+		/*
+		 * Work-conserving: tenants that came up short lately are passed
+		 * over, but not when they are all there is.
+		 */
+		plan.skip_dry = false;
+		fs_plan_make(fq, &plan, est_cost, now);
+	}
+	if (plan.ntenants == 0)
+		return 0;
+
+	/*
+	 * Recorded before anything can fail (in the room reserved above), so a
+	 * rollback undoes it all.
+	 */
+	for (i = 0; i < plan.ntenants; i++)
+	{
+		FsPlanTenant *pt = &plan.tenants[i];
+
+		fs_track_claim(desc, pt->name, pt->planned, pt->charge, pt->planned * pt->est_cost,
+					   plan.resync_gen, plan.vtime_before, plan.vtime_after);
+	}
+	fs_plan_split_starts(&plan);
+
+	FS_FAULT_POINT("claim_query_args");
+	names = palloc(sizeof(Datum) * plan.ntenants);
+	counts = palloc(sizeof(Datum) * plan.ntenants);
+	index_of = palloc(sizeof(int) * plan.ntenants);
+	for (i = 0; i < plan.ntenants; i++)
+	{
+		FsPlanTenant *pt = &plan.tenants[i];
+
+		if (fs_claim_admit(desc->queue, pt, plan.budget_cost, lease_usecs, now) == 0)
+			continue;
+		names[nquery] = CStringGetTextDatum(pt->name);
+		counts[nquery] = Int32GetDatum(pt->admitted);
+		index_of[nquery] = i;
+		nquery++;
+	}
+
+	if (nquery > 0)
+	{
+		values[0] = PointerGetDatum(construct_array(names, nquery, TEXTOID, -1, false, TYPALIGN_INT));
+		values[1] = PointerGetDatum(construct_array(counts, nquery, INT4OID, 4, true, TYPALIGN_INT));
+		held = fs_track_held_keys(desc);
+		values[2] = PointerGetDatum(held);
+		nulls[2] = held == NULL ? 'n' : ' ';
+		fs_claim_execute(desc, &desc->claim_q, desc->claim_plan, values, nulls, "claim query");
+
+		tupdesc = SPI_tuptable->tupdesc;
+		for (r = 0; r < SPI_processed; r++)
+		{
+			HeapTuple	tuple = SPI_tuptable->vals[r];
+			bool		isnull;
+			int64		ord = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+			FsPlanTenant *pt;
+			Datum		key;
+			bool		key_isnull;
+			float8		cost;
+			Datum		row;
+			int64		lease_id;
+			int			k;
+
+			if (ord < 1 || ord > nquery)
+				elog(ERROR, "fair dequeue claim query returned an unexpected row");
+			pt = &plan.tenants[index_of[ord - 1]];
+			k = pt->got;
+			if (k >= pt->admitted)
+				elog(ERROR, "fair dequeue claim query returned too many rows");
+			key = SPI_getbinval(tuple, tupdesc, 2, &key_isnull);
+			cost = DatumGetFloat8(SPI_getbinval(tuple, tupdesc, 3, &isnull));
+			cost = desc->cost != NULL ? fs_fair_clamp_cost(cost, isnull) : pt->est_cost;
+			row = SPI_getbinval(tuple, tupdesc, 4, &isnull);
+			lease_id = pt->leases[k];
+
+			pt->cost_fix += cost - pt->est_cost;
+			pt->served_fix += cost - pt->est_cost;
+			pt->got++;
+			fs_claim_output_add(out, pt->starts[k], lease_id, pt->name, row);
+			if (!fs_track_claimed_row(desc, pt->name, key, key_isnull, lease_id, cost,
+									  true, plan.resync_gen))
+				pt->unkeyed++;
+			if (desc->cost != NULL)
+				fq->avg_cost += FS_EMA_ALPHA * (cost - fq->avg_cost);
+			claimed++;
+		}
+	}
+
+	for (i = 0; i < plan.ntenants; i++)
+	{
+		FsPlanTenant *pt = &plan.tenants[i];
+		float8		tag_fix;
+		float8		served_fix;
+		int			k;
+
+		if (pt->got < pt->planned)
+			*retry = true;
+		/*
+		 * Rows the query did not return (locked, or not claimable yet by
+		 * the claim-time filter) give back their lease and their tokens
+		 * now: a tenant pays for the rows it gets, not for the rows it was
+		 * admitted to.
+		 */
+		for (k = pt->got; k < pt->admitted; k++)
+		{
+			int64		held;
+
+			(void) fs_slot_release(pt->leases[k], now, &held);
+			fs_budget_unclaim(desc->queue, pt->name, pt->taken[k]);
+		}
+		fs_plan_settle(desc->queue, &plan, pt, now, &tag_fix, &served_fix);
+		if (pt->got != pt->planned || pt->unkeyed > 0 || tag_fix != 0 || served_fix != 0)
+			fs_track_claim(desc, pt->name, pt->got - pt->unkeyed - pt->planned, tag_fix,
+						   served_fix, plan.resync_gen, plan.vtime_before, plan.vtime_after);
+	}
+
+	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	if (claimed == 0 && fq->vtime == plan.vtime_after)
+		fq->vtime = plan.vtime_before;
+	fq->counters.rows_claimed += claimed;
+	LWLockRelease(fq->lock);
+	return claimed;
+}
+
+/*
+ * Fail-open: claim in the queue's own order, without fair order, when
+ * fairshare cannot keep the queue's state (the queue table is full) or has
+ * ready rows of tenants it could not track.  Rows still get leases (failing
+ * open themselves when state cannot be kept); a row whose tenant is at its
+ * limit is not returned.
+ */
+static int32
+fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
+			  FsClaimOutput *out)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	ArrayType  *held = fs_track_held_keys(desc);
+	TupleDesc	tupdesc;
+	int32		claimed = 0;
+	uint64		r;
+
+	values[0] = Int64GetDatum(want);
+	values[1] = PointerGetDatum(held);
+	nulls[1] = held == NULL ? 'n' : ' ';
+	fs_claim_execute(desc, &desc->fifo_q, desc->fifo_plan, values, nulls,
+					 "fail-open claim query");
+	tupdesc = SPI_tuptable->tupdesc;
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[r];
+		bool		isnull;
+		Datum		tenant_datum = SPI_getbinval(tuple, tupdesc, 1, &isnull);
+		char	   *tenant;
+		int			len;
+		FsSlotDecision decision;
+		Datum		key;
+		bool		key_isnull;
+		float8		cost;
+
+		if (isnull)
+			continue;
+		tenant = TextDatumGetCString(tenant_datum);
+		len = strlen(tenant);
+		if (len == 0 || len > FS_NAME_MAXLEN || strcmp(tenant, FS_WILDCARD) == 0)
+			continue;
+		fs_slot_acquire(desc->queue, tenant, lease_usecs, now, &decision);
+		if (decision.lease_id == 0)
+			continue;
+		key = SPI_getbinval(tuple, tupdesc, 2, &key_isnull);
+		cost = fs_fair_clamp_cost(DatumGetFloat8(SPI_getbinval(tuple, tupdesc, 3, &isnull)),
+								  isnull || desc->cost == NULL);
+		fs_claim_output_add(out, (float8) claimed, decision.lease_id, tenant,
+							SPI_getbinval(tuple, tupdesc, 4, &isnull));
+		if (desc->queue != NULL)
+			(void) fs_track_claimed_row(desc, tenant, key, key_isnull, decision.lease_id,
+										cost, false, 0);
+		claimed++;
+	}
+	return claimed;
+}
+
+static int32
+fs_max_rows_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int32		max_rows;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("max_rows must not be null"),
+				 errhint("Pass how many rows to claim, for example 10.")));
+	max_rows = PG_GETARG_INT32(argno);
+	if (max_rows <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_rows must be positive, got %d", max_rows),
+				 errhint("Pass how many rows to claim, for example 10.")));
+	if (max_rows > FS_CLAIM_MAX_ROWS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("max_rows must be at most %d, got %d", FS_CLAIM_MAX_ROWS, max_rows),
+				 errhint("Claim in batches of at most %d rows.", FS_CLAIM_MAX_ROWS)));
+	return max_rows;
+}
+
+/* The registration of the queue named by argument `argno`, or an error. */
+static FsFairDesc *
+fs_fair_desc_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char		queue_name[FS_NAME_BUFLEN];
+
+	fs_name_arg(fcinfo, argno, "queue", queue_name);
+	return fs_fair_desc(queue_name, false);
+}
+
+/* Recount the queue if it has not been counted in this server run. */
+static void
+fs_fair_ensure_synced(FsFairDesc *desc)
+{
+	if (desc->fq == NULL || desc->fq->synced)
+		return;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	(void) fs_fair_resync(desc, true, NULL);
+	SPI_finish();
+}
+
+/* Items of a fair order visited per hold of its lock by a limits refresh. */
+#define FS_REFRESH_BATCH	256
+
+/*
+ * Names of the tenants in `fq`'s fair order whose cached limits are not of
+ * `generation`, at most `capacity`, into `names`; returns how many.  The
+ * order is read a batch at a time (its lock shared for one batch): items
+ * move between batches, so a tenant may be missed (or met twice).
+ */
+static int32
+fs_fair_stale_tenants(FsFairQueue *fq, uint32 generation, char (*names)[FS_NAME_BUFLEN],
+					  int32 capacity)
+{
+	int32		n = 0;
+	int32		start;
+
+	for (start = 0;; start += FS_REFRESH_BATCH)
+	{
+		int32		end;
+		int32		i;
+
+		LWLockAcquire(fq->lock, LW_SHARED);
+		end = Min(start + FS_REFRESH_BATCH, fq->nitems);
+		for (i = start; i < end && n < capacity; i++)
+		{
+			FsTenant   *entry = fs_heap_at(fq, i)->tenant;
+			uint32		cached;
+
+			SpinLockAcquire(&entry->mutex);
+			cached = entry->limits_generation;
+			SpinLockRelease(&entry->mutex);
+			/* The key never changes while the entry is listed (pinned). */
+			if (cached != generation)
+				strlcpy(names[n++], entry->key.tenant, FS_NAME_BUFLEN);
+		}
+		LWLockRelease(fq->lock);
+		if (end < start + FS_REFRESH_BATCH || n == capacity)
+			return n;
+	}
+}
+
+/*
+ * After fs_limits changed, reload the limits of the queue's backlogged
+ * tenants (their weights and floors) before planning with them.  Done by the
+ * first claim that sees the new generation; SPI runs with no lock held, and
+ * the fair order is read and its floor marks updated a batch at a time, so
+ * that a long order never holds its lock for long.  A second look finds the
+ * tenants that moved past the first one; a tenant missed by both (or whose
+ * limits cannot be read) loads them at its next decision.
+ */
+static void
+fs_fair_refresh_limits(FsFairDesc *desc)
+{
+	FsFairQueue *fq = desc->fq;
+	uint32		generation = pg_atomic_read_u32(&fs_shared->limits_generation);
+	char	  (*names)[FS_NAME_BUFLEN];
+	int32		capacity;
+	int32		start;
+	int			look;
+
+	if (fq->limits_generation == generation)
+		return;
+
+	LWLockAcquire(fq->lock, LW_SHARED);
+	capacity = Max(fq->nitems, 1);
+	LWLockRelease(fq->lock);
+	names = palloc(sizeof(*names) * capacity);
+	for (look = 0; look < 2; look++)
+	{
+		int32		n = fs_fair_stale_tenants(fq, generation, names, capacity);
+		int32		i;
+
+		for (i = 0; i < n; i++)
+		{
+			FsTenantRef ref;
+
+			if (fs_tenant_open(desc->queue, names[i], 0, &ref) != NULL)
+				fs_tenant_close(&ref);
+		}
+		if (n == 0)
+			break;
+	}
+	pfree(names);
+
+	/* The floor marks, a batch at a time; nfloor follows each change. */
+	for (start = 0;; start += FS_REFRESH_BATCH)
+	{
+		int32		end;
+		int32		i;
+		bool		done;
+
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		end = Min(start + FS_REFRESH_BATCH, fq->nitems);
+		for (i = start; i < end; i++)
+		{
+			FsHeapItem *item = fs_heap_at(fq, i);
+			int32		min_slots;
+
+			SpinLockAcquire(&item->tenant->mutex);
+			min_slots = item->tenant->min_slots;
+			SpinLockRelease(&item->tenant->mutex);
+			if ((item->min_slots > 0) != (min_slots > 0))
+				fq->nfloor += min_slots > 0 ? 1 : -1;
+			item->min_slots = min_slots;
+		}
+		done = end < start + FS_REFRESH_BATCH;
+		if (done)
+			fq->limits_generation = generation;
+		LWLockRelease(fq->lock);
+		if (done)
+			break;
+	}
+}
+
+/*
+ * fs_claim(queue text, row_type anyelement, max_rows int, lease interval)
+ *	 RETURNS TABLE(lease_id bigint, tenant text, job anyelement)
+ *
+ * Claims up to max_rows ready rows of the queue in fair order, locked FOR
+ * UPDATE SKIP LOCKED in the caller's transaction, each with a lease; the rows
+ * come back whole, as the ready table's row type, in fair order.
+ */
+Datum
+fs_claim(PG_FUNCTION_ARGS)
+{
+	FsFairDesc *desc;
+	Oid			row_type;
+	int32		max_rows;
+	int64		lease_usecs;
+	ReturnSetInfo *rsinfo;
+	FsClaimOutput out;
+	int32		claimed = 0;
+	int			rounds = 0;
+	TimestampTz now;
+	int			i;
+
+	fs_check_loaded();
+	desc = fs_fair_desc_arg(fcinfo, 0);
+	row_type = get_fn_expr_argtype(fcinfo->flinfo, 1);
+	if (row_type != desc->row_type)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("row_type of queue \"%s\" must be %s, got %s", desc->queue_name,
+						format_type_be(desc->row_type), format_type_be(row_type)),
+				 errhint("Pass NULL::%s as row_type.", desc->ready_name)));
+	max_rows = fs_max_rows_arg(fcinfo, 2);
+	lease_usecs = fs_lease_interval_arg(fcinfo, 3, "lease");
+	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
+		pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to claim rows of %s", desc->ready_name),
+				 errhint("fs_claim() locks rows FOR UPDATE: it needs SELECT and UPDATE on the table.")));
+	fs_fair_check_schema_usage(desc, "fs_claim");
+
+	InitMaterializedSRF(fcinfo, 0);
+	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	out.capacity = max_rows;
+	out.count = 0;
+	out.rows = palloc(sizeof(FsClaimedRow) * max_rows);
+
+	now = fs_now();
+	if (desc->fq != NULL)
+	{
+		fs_fair_ensure_synced(desc);
+		fs_fair_refresh_limits(desc);
+		fs_fair_measure_latency(desc, now);
+		while (claimed < max_rows && rounds++ < FS_CLAIM_MAX_ROUNDS)
+		{
+			bool		retry;
+			int32		got = fs_claim_round(desc, max_rows - claimed, lease_usecs, now,
+											 &out, &retry);
+
+			claimed += got;
+			if (got == 0 && !retry)
+				break;
+		}
+		LWLockAcquire(desc->fq->lock, LW_EXCLUSIVE);
+		desc->fq->counters.claims++;
+		LWLockRelease(desc->fq->lock);
+		FS_FAIR_DEBUG_CHECK(desc->fq);
+	}
+	if (claimed < max_rows && (desc->fq == NULL || desc->fq->untracked_rows > 0))
+	{
+		int32		got = fs_claim_fifo(desc, max_rows - claimed, lease_usecs, now, &out);
+
+		if (got > 0)
+		{
+			claimed += got;
+			if (desc->fq != NULL)
+			{
+				LWLockAcquire(desc->fq->lock, LW_EXCLUSIVE);
+				desc->fq->counters.fail_open++;
+				LWLockRelease(desc->fq->lock);
+			}
+			else
+				FS_COUNT_GLOBAL(fail_open);
+		}
+	}
+
+	qsort(out.rows, out.count, sizeof(FsClaimedRow), fs_claimed_row_cmp);
+	for (i = 0; i < out.count; i++)
+	{
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		values[0] = Int64GetDatum(out.rows[i].lease_id);
+		values[1] = CStringGetTextDatum(out.rows[i].tenant);
+		values[2] = out.rows[i].row;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * fs_ready_tenants()
+ * ----------------------------------------------------------------
+ */
+
+typedef struct FsReadyTenant
+{
+	char		name[FS_NAME_BUFLEN];
+	int64		ready;
+	int32		free_slots;
+	bool		below_floor;
+	float8		tag;
+	float8		start;
+	float8		weight;
+} FsReadyTenant;
+
+static int
+fs_ready_tenant_cmp(const void *a, const void *b)
+{
+	const FsReadyTenant *x = (const FsReadyTenant *) a;
+	const FsReadyTenant *y = (const FsReadyTenant *) b;
+
+	if (x->below_floor != y->below_floor)
+		return x->below_floor ? -1 : 1;
+	if (x->tag != y->tag)
+		return x->tag < y->tag ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/*
+ * fs_ready_tenants(queue text, max_tenants int)
+ *	 RETURNS TABLE(tenant text, ready_rows bigint, free_slots int,
+ *				   virtual_start float8, weight float8)
+ *
+ * Tenants with ready rows and free capacity, in fair order (those below
+ * their min_slots first): the building block for an application's own
+ * LATERAL ... FOR UPDATE SKIP LOCKED claim.  Changes nothing.
+ */
+Datum
+fs_ready_tenants(PG_FUNCTION_ARGS)
+{
+	FsFairDesc *desc;
+	FsFairQueue *fq;
+	int32		max_tenants;
+	ReturnSetInfo *rsinfo;
+	FsReadyTenant *list;
+	int			n = 0;
+	int			capacity;
+	FsGateCapacity gate;
+	float8		budget_cost;
+	bool		skipped_dry = false;
+	int			pass;
+	TimestampTz now = fs_now();
+	int			i;
+
+	fs_check_loaded();
+	desc = fs_fair_desc_arg(fcinfo, 0);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("max_tenants must not be null"),
+				 errhint("Pass how many tenants to list, for example 100.")));
+	max_tenants = PG_GETARG_INT32(1);
+	if (max_tenants <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_tenants must be positive, got %d", max_tenants),
+				 errhint("Pass how many tenants to list, for example 100.")));
+	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to list the tenants of %s", desc->ready_name),
+				 errhint("fs_ready_tenants() needs SELECT on the queue's table.")));
+	fs_fair_check_schema_usage(desc, "fs_ready_tenants");
+
+	/*
+	 * The counts are of every ready row, whoever may see it: they are kept
+	 * by triggers and recounted as the table's owner.  A caller whom
+	 * row-level security restricts on the table would learn of tenants and
+	 * rows it hides, so only roles it does not apply to may list them (the
+	 * owner, unless the table forces it, a role with BYPASSRLS, or anyone on
+	 * a table without it).  fs_claim() queries as the caller and respects it.
+	 */
+	if (check_enable_rls(desc->ready_relid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to list the tenants of queue \"%s\": row-level security "
+						"restricts you on %s", desc->queue_name, desc->ready_name),
+				 errdetail("fs_ready_tenants() counts every ready row, including the rows the "
+						   "table's policies hide from you."),
+				 errhint("Call it as the table's owner or a role with BYPASSRLS, or claim with "
+						 "fs_claim(), which applies the policies.")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	fq = desc->fq;
+	if (fq == NULL)
+		return (Datum) 0;
+	fs_fair_ensure_synced(desc);
+
+	LWLockAcquire(fq->lock, LW_SHARED);
+	capacity = fq->nitems;
+	LWLockRelease(fq->lock);
+	list = palloc(sizeof(FsReadyTenant) * Max(capacity, 1));
+	fs_gate_capacity(desc->queue, now, &gate);
+	budget_cost = fs_fair_budget_cost(desc);
+
+	/*
+	 * Tenants that came up short lately are left out, unless they are all
+	 * there is (work-conserving, as fs_claim()).
+	 */
+	for (pass = 0; pass < 2 && n == 0 && (pass == 0 || skipped_dry); pass++)
+	{
+	LWLockAcquire(fq->lock, LW_SHARED);
+	for (i = 0; i < fq->nitems && n < capacity; i++)
+	{
+		FsHeapItem *item = fs_heap_at(fq, i);
+		FsTenantView v;
+		int32		ceiling;
+
+		fs_tenant_view(item->tenant, &v, now);
+		if (v.ready <= 0 || !fs_view_can_pay(&v, 1, budget_cost))
+			continue;
+		if (pass == 0 && fs_item_dry(item, &v, now))
+		{
+			skipped_dry = true;
+			continue;
+		}
+		ceiling = fs_plan_ceiling(&gate, &v);
+		if (v.slots >= ceiling)
+			continue;
+		strlcpy(list[n].name, item->tenant->key.tenant, FS_NAME_BUFLEN);
+		list[n].ready = v.ready;
+		list[n].free_slots = ceiling - v.slots;
+		list[n].below_floor = v.slots < Min(v.limits.min_slots, ceiling);
+		list[n].tag = item->key;
+		list[n].start = Max(fq->vtime, item->key);
+		list[n].weight = v.limits.weight;
+		n++;
+	}
+	LWLockRelease(fq->lock);
+	}
+
+	qsort(list, n, sizeof(FsReadyTenant), fs_ready_tenant_cmp);
+	for (i = 0; i < n && i < max_tenants; i++)
+	{
+		Datum		values[5];
+		bool		nulls[5] = {false, false, false, false, false};
+
+		values[0] = CStringGetTextDatum(list[i].name);
+		values[1] = Int64GetDatum(list[i].ready);
+		values[2] = Int32GetDatum(list[i].free_slots);
+		values[3] = Float8GetDatum(list[i].start);
+		values[4] = Float8GetDatum(list[i].weight);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
