@@ -55,8 +55,8 @@
  *	  FsQueue pointers and skip the lock afterwards; a queue's own fields are
  *	  under its spinlock.
  *
- * 5a. Worker heartbeats (gate.c).  workers_lock, EXCLUSIVE for a heartbeat,
- *	  SHARED to recount a queue's live threads.  Taken before a tenant entry
+ * 5a. Worker heartbeats (gate/gate.c).  Their own lock, EXCLUSIVE for a
+ *	  heartbeat, SHARED to recount a queue's live threads.  Taken before a tenant entry
  *	  is opened, never while a partition lock is held.
  *
  * 5b. Tier counters (tiers.c).  A partitioned table like the tenant table,
@@ -89,10 +89,10 @@
  *	  entry's queue (exclusive to write), like the heap itself.  The claim map (rows claimed ->
  *	  leases, for automatic release) is a partitioned hash with its own
  *	  LWLocks, never held together with any other fairshare lock.  Each
- *	  queue also has a commit gate (an atomic counter): a transaction that
+ *	  queue also has a commit barrier (an atomic counter): a transaction that
  *	  changes the queue's backlog is inside it from pre-commit until its
  *	  changes are applied, and a recount closes it for the instant it takes
- *	  its snapshot.  Nobody waits at the gate holding a fairshare lock.
+ *	  its snapshot.  Nobody waits at a barrier holding a fairshare lock.
  *
  *-------------------------------------------------------------------------
  */

@@ -120,7 +120,7 @@ typedef struct FsFairQueue
 								 * stay in the heap even with no rows */
 	int32		resync_pid;		/* with resyncing: the backend recounting */
 	uint64		resync_owner_gen;	/* with resyncing: which of its recounts */
-	pg_atomic_uint32 commit_gate;	/* fs_fair_gate_enter(): committers inside,
+	pg_atomic_uint32 commit_barrier;	/* fs_commit_barrier_enter(): committers inside,
 									 * and whether a recount closed it */
 	pg_atomic_uint64 latency_sampled_at;	/* when a claim last measured the
 											 * oldest ready row's age */
@@ -310,8 +310,8 @@ extern void fs_fair_note_runtime(FsQueue *queue, float8 held_ms);
 extern void fs_fair_forget(FsQueue *queue);
 extern void fs_fair_add_without_tenant(FsQueue *queue, int64 rows, int64 untracked);
 extern int64 fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants);
-extern void fs_fair_gate_enter(FsQueue *queue);
-extern void fs_fair_gate_leave(FsQueue *queue);
+extern void fs_commit_barrier_enter(FsQueue *queue);
+extern void fs_commit_barrier_leave(FsQueue *queue);
 
 /* fairqueue_register.c */
 extern FsFairDesc *fs_fair_desc(const char *queue_name, bool missing_ok);

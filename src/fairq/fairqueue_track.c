@@ -636,13 +636,13 @@ typedef struct FsQueueEvent
 #define FS_EVENT_TRUNCATED		3
 
 /*
- * Queues whose commit gate this transaction entered (fairqueue.c): room for
- * every queue the server can have, allocated once, before the first gate
+ * Queues whose commit barrier this transaction entered (fairqueue.c): room for
+ * every queue the server can have, allocated once, before the first barrier
  * is entered.
  */
-static FsQueue **gated = NULL;
-static int	ngated = 0;
-static bool gate_exit_registered = false;
+static FsQueue **barriers_entered = NULL;
+static int	nbarriers_entered = 0;
+static bool barrier_exit_registered = false;
 
 /*
  * The two hash tables outlive transactions (emptied at each end, rebuilt
@@ -1430,38 +1430,38 @@ fs_merge_subxact(SubTransactionId subid, SubTransactionId parent)
 }
 
 static void
-fs_gate_leave_all(void)
+fs_barriers_leave_all(void)
 {
-	while (ngated > 0)
-		fs_fair_gate_leave(gated[--ngated]);
+	while (nbarriers_entered > 0)
+		fs_commit_barrier_leave(barriers_entered[--nbarriers_entered]);
 }
 
 static void
-fs_gate_exit_callback(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+fs_barrier_exit_callback(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 {
-	fs_gate_leave_all();
+	fs_barriers_leave_all();
 }
 
 /*
- * Enter `queue`'s commit gate and note it, to be left at the end of the
- * transaction (fs_gates_enter_in_order() enters each queue once).
+ * Enter `queue`'s commit barrier and note it, to be left at the end of the
+ * transaction (fs_barriers_enter_in_order() enters each queue once).
  */
 static void
-fs_gate_enter(FsQueue *queue)
+fs_barrier_enter(FsQueue *queue)
 {
-	if (gated == NULL)
-		gated = MemoryContextAlloc(TopMemoryContext, sizeof(FsQueue *) * Max(fs_max_queues, 1));
-	if (!gate_exit_registered)
+	if (barriers_entered == NULL)
+		barriers_entered = MemoryContextAlloc(TopMemoryContext, sizeof(FsQueue *) * Max(fs_max_queues, 1));
+	if (!barrier_exit_registered)
 	{
-		before_shmem_exit(fs_gate_exit_callback, (Datum) 0);
-		gate_exit_registered = true;
+		before_shmem_exit(fs_barrier_exit_callback, (Datum) 0);
+		barrier_exit_registered = true;
 	}
 	/* Queues are never more than fairshare.max_queues. */
-	if (ngated >= fs_max_queues)
+	if (nbarriers_entered >= fs_max_queues)
 		elog(ERROR, "one transaction changed more fair-dequeue queues than fairshare.max_queues (%d)",
 			 fs_max_queues);
-	fs_fair_gate_enter(queue);
-	gated[ngated++] = queue;
+	fs_commit_barrier_enter(queue);
+	barriers_entered[nbarriers_entered++] = queue;
 }
 
 /* Add `queue` to a set of `n` queues (with room for it); returns its size. */
@@ -1487,16 +1487,16 @@ fs_queue_id_cmp(const void *a, const void *b)
 }
 
 /*
- * Enter the commit gate of every queue whose counts this transaction
+ * Enter the commit barrier of every queue whose counts this transaction
  * changes, in the order of the queues' ids.  A committer waits at a closed
- * gate holding the gates it entered before; a recount closes one gate and
+ * barrier holding the barriers it entered before; a recount closes one barrier and
  * waits for the committers inside.  Entered in one order, a committer can
- * only be waiting for a gate further along than any it holds, so waits
+ * only be waiting for a barrier further along than any it holds, so waits
  * cannot form a circle (two recounts each waiting for a committer that
- * waits at the other's gate, until both give up).
+ * waits at the other's barrier, until both give up).
  */
 static void
-fs_gates_enter_in_order(void)
+fs_barriers_enter_in_order(void)
 {
 	HASH_SEQ_STATUS seq;
 	FsDelta    *delta;
@@ -1520,7 +1520,7 @@ fs_gates_enter_in_order(void)
 			nqueues = fs_queue_set_add(queues, nqueues, row->queue);
 	qsort(queues, nqueues, sizeof(FsQueue *), fs_queue_id_cmp);
 	for (i = 0; i < nqueues; i++)
-		fs_gate_enter(queues[i]);
+		fs_barrier_enter(queues[i]);
 	pfree(queues);
 }
 
@@ -1600,7 +1600,7 @@ fs_pre_commit(void)
 	}
 
 	/* Last: from here until its changes are applied, a recount waits. */
-	fs_gates_enter_in_order();
+	fs_barriers_enter_in_order();
 }
 
 /* The clock, read once and only by a commit that needs it. */
@@ -1777,12 +1777,12 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			break;
 		case XACT_EVENT_COMMIT:
 			fs_commit();
-			fs_gate_leave_all();
+			fs_barriers_leave_all();
 			fs_xact_reset();
 			break;
 		case XACT_EVENT_ABORT:
 			fs_undo_claims(InvalidSubTransactionId);
-			fs_gate_leave_all();
+			fs_barriers_leave_all();
 			if (xact_events != NIL)
 				fs_fair_invalidate_all();
 			fs_xact_reset();

@@ -210,7 +210,7 @@ fs_fairqueue_shmem_init(void)
 			FsFairQueue *fq = &fs_fair->queues[i];
 
 			fq->lock = &locks[i].lock;
-			pg_atomic_init_u32(&fq->commit_gate, 0);
+			pg_atomic_init_u32(&fq->commit_barrier, 0);
 			pg_atomic_init_u64(&fq->latency_sampled_at, 0);
 			fq->avg_cost = 1.0;
 			fq->avg_runtime_ms = 1.0;

@@ -55,12 +55,12 @@ typedef struct FsCount
 } FsCount;
 
 /*
- * The commit gate.  A transaction that changes a queue's counts enters the
- * gate before it commits (XACT_EVENT_PRE_COMMIT, before its rows become
+ * The commit barrier.  A transaction that changes a queue's counts enters the
+ * barrier before it commits (XACT_EVENT_PRE_COMMIT, before its rows become
  * visible) and leaves it once its changes are applied to shared memory
- * (after they are).  A recount closes the gate: new committers wait, and
+ * (after they are).  A recount closes the barrier: new committers wait, and
  * once the ones inside have left, every transaction is either visible to a
- * snapshot taken now and applied, or neither.  The gate is closed only for
+ * snapshot taken now and applied, or neither.  The barrier is closed only for
  * that instant; counting runs with it open.
  */
 #define FS_GATE_CLOSED		0x80000000U
@@ -68,7 +68,7 @@ typedef struct FsCount
 #define FS_GATE_MAX_WAIT	(10 * USECS_PER_SEC)
 
 /*
- * A recount marks its queue `resyncing` and may close its commit gate:
+ * A recount marks its queue `resyncing` and may close its commit barrier:
  * shared state that must not outlive the recount, however it ends.  An
  * error ends it through fs_fair_resync()'s PG_CATCH; a backend terminated
  * (pg_terminate_backend, shutdown) leaves through proc_exit() without
@@ -76,7 +76,7 @@ typedef struct FsCount
  * and this backend's before_shmem_exit callback undoes what it still owns.
  * Should a backend vanish without running it, the next recount of the
  * queue takes the mark over from a pid no longer alive, and a committer
- * waiting at a gate such a backend closed opens it.
+ * waiting at a barrier such a backend closed opens it.
  */
 typedef struct FsOwnedResync
 {
@@ -88,10 +88,10 @@ typedef struct FsOwnedResync
 
 static FsOwnedResync owned_resyncs[FS_MAX_OWNED_RESYNCS];
 static int	nowned_resyncs = 0;
-static FsFairQueue *gate_closed_by_me = NULL;
+static FsFairQueue *barrier_closed_by_me = NULL;
 static bool resync_exit_registered = false;
 
-static void fs_fair_gate_open(FsFairQueue *fq);
+static void fs_commit_barrier_open(FsFairQueue *fq);
 
 /*
  * Whether the backend with this pid is gone.  (A pid taken again by a new
@@ -105,11 +105,11 @@ fs_fair_owner_gone(int pid)
 }
 
 /*
- * A committer found the gate closed for a long time: if the recount that
+ * A committer found the barrier closed for a long time: if the recount that
  * closed it belongs to a backend that is gone, open it.
  */
 static void
-fs_fair_gate_check_owner(FsFairQueue *fq)
+fs_commit_barrier_check_owner(FsFairQueue *fq)
 {
 	int			pid;
 	uint64		gen;
@@ -126,11 +126,11 @@ fs_fair_gate_check_owner(FsFairQueue *fq)
 	/*
 	 * Opened under the lock, and only if the mark is still the gone
 	 * backend's: a recount taking it over changes the mark under the lock
-	 * before it closes the gate, and its closing must stand.
+	 * before it closes the barrier, and its closing must stand.
 	 */
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 	if (fq->resyncing && fq->resync_pid == pid && fq->resync_owner_gen == gen)
-		pg_atomic_fetch_and_u32(&fq->commit_gate, ~FS_GATE_CLOSED);
+		pg_atomic_fetch_and_u32(&fq->commit_barrier, ~FS_GATE_CLOSED);
 	LWLockRelease(fq->lock);
 }
 
@@ -159,8 +159,8 @@ fs_fair_resync_disown(FsFairQueue *fq, uint64 gen)
 static void
 fs_fair_resync_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 {
-	if (gate_closed_by_me != NULL)
-		fs_fair_gate_open(gate_closed_by_me);
+	if (barrier_closed_by_me != NULL)
+		fs_commit_barrier_open(barrier_closed_by_me);
 	while (nowned_resyncs > 0)
 	{
 		nowned_resyncs--;
@@ -170,14 +170,14 @@ fs_fair_resync_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unuse
 }
 
 void
-fs_fair_gate_enter(FsQueue *queue)
+fs_commit_barrier_enter(FsQueue *queue)
 {
 	FsFairQueue *fq = fs_fair_queue(queue);
 	uint32		waits = 0;
 
 	for (;;)
 	{
-		uint32		old = pg_atomic_read_u32(&fq->commit_gate);
+		uint32		old = pg_atomic_read_u32(&fq->commit_barrier);
 
 		if (old & FS_GATE_CLOSED)
 		{
@@ -189,40 +189,40 @@ fs_fair_gate_enter(FsQueue *queue)
 			CHECK_FOR_INTERRUPTS();
 			pg_usleep(FS_GATE_WAIT_USECS);
 			if (++waits % (USECS_PER_SEC / FS_GATE_WAIT_USECS) == 0)
-				fs_fair_gate_check_owner(fq);
+				fs_commit_barrier_check_owner(fq);
 			continue;
 		}
-		if (pg_atomic_compare_exchange_u32(&fq->commit_gate, &old, old + 1))
+		if (pg_atomic_compare_exchange_u32(&fq->commit_barrier, &old, old + 1))
 			return;
 	}
 }
 
 void
-fs_fair_gate_leave(FsQueue *queue)
+fs_commit_barrier_leave(FsQueue *queue)
 {
-	pg_atomic_fetch_sub_u32(&fs_fair_queue(queue)->commit_gate, 1);
+	pg_atomic_fetch_sub_u32(&fs_fair_queue(queue)->commit_barrier, 1);
 }
 
 /*
- * Close the gate and wait for the transactions inside to leave.  False if
- * they do not within FS_GATE_MAX_WAIT (the gate is open again then).
+ * Close the barrier and wait for the transactions inside to leave.  False if
+ * they do not within FS_GATE_MAX_WAIT (the barrier is open again then).
  */
 static bool
-fs_fair_gate_close(FsFairQueue *fq)
+fs_commit_barrier_close(FsFairQueue *fq)
 {
 	TimestampTz start = GetCurrentTimestamp();
 
-	gate_closed_by_me = fq;
-	pg_atomic_fetch_or_u32(&fq->commit_gate, FS_GATE_CLOSED);
-	while ((pg_atomic_read_u32(&fq->commit_gate) & ~FS_GATE_CLOSED) != 0)
+	barrier_closed_by_me = fq;
+	pg_atomic_fetch_or_u32(&fq->commit_barrier, FS_GATE_CLOSED);
+	while ((pg_atomic_read_u32(&fq->commit_barrier) & ~FS_GATE_CLOSED) != 0)
 	{
 		if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(),
 									   FS_GATE_MAX_WAIT / 1000))
 		{
-			fs_fair_gate_open(fq);
+			fs_commit_barrier_open(fq);
 			return false;
 		}
-		/* A cancel here opens the gate (fs_fair_resync()), a terminate too. */
+		/* A cancel here opens the barrier (fs_fair_resync()), a terminate too. */
 		CHECK_FOR_INTERRUPTS();
 		pg_usleep(FS_GATE_WAIT_USECS);
 	}
@@ -230,11 +230,11 @@ fs_fair_gate_close(FsFairQueue *fq)
 }
 
 static void
-fs_fair_gate_open(FsFairQueue *fq)
+fs_commit_barrier_open(FsFairQueue *fq)
 {
-	pg_atomic_fetch_and_u32(&fq->commit_gate, ~FS_GATE_CLOSED);
-	if (gate_closed_by_me == fq)
-		gate_closed_by_me = NULL;
+	pg_atomic_fetch_and_u32(&fq->commit_barrier, ~FS_GATE_CLOSED);
+	if (barrier_closed_by_me == fq)
+		barrier_closed_by_me = NULL;
 }
 
 /*
@@ -313,9 +313,9 @@ fs_fair_resync_end(FsFairQueue *fq, bool count_again)
 }
 
 /*
- * The first half of a recount: snapshot and live counts with the gate
+ * The first half of a recount: snapshot and live counts with the barrier
  * closed, then the count query (its rows in SPI_tuptable).  False if the
- * gate could not close.  On error the caller opens the gate; nothing here
+ * barrier could not close.  On error the caller opens the barrier; nothing here
  * can fail while holding the queue's lock.
  */
 static bool
@@ -331,7 +331,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 	FS_FAULT_POINT("recount_count");
 	*at_p = palloc(sizeof(FsCountAt) * capacity);
 
-	while (fs_fair_gate_close(fq))
+	while (fs_commit_barrier_close(fq))
 	{
 		Snapshot	snapshot;
 		FsCountAt  *at = *at_p;
@@ -344,7 +344,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 		 * would be adjusted as if it had none and counted twice.  The order
 		 * may have grown since the array was sized; then size it again (not
 		 * under the lock: an error there would leave it held) and close the
-		 * gate again.
+		 * barrier again.
 		 */
 		snapshot = RegisterSnapshot(GetLatestSnapshot());
 		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
@@ -352,7 +352,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 		{
 			capacity = fq->nitems * 2 + 64;
 			LWLockRelease(fq->lock);
-			fs_fair_gate_open(fq);
+			fs_commit_barrier_open(fq);
 			UnregisterSnapshot(snapshot);
 			*at_p = repalloc(*at_p, sizeof(FsCountAt) * capacity);
 			continue;
@@ -371,7 +371,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 		}
 		fq->resync_gen++;
 		LWLockRelease(fq->lock);
-		fs_fair_gate_open(fq);
+		fs_commit_barrier_open(fq);
 
 		/*
 		 * The count evaluates the registrant's expressions and the table's
@@ -617,10 +617,10 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
  * Recount the ready rows of every tenant of `desc`'s queue from its table
  * (with `if_unsynced`, only if it was not counted in this server run yet).
  * Returns the number of ready rows (with a valid tenant), or -1 if another
- * recount of the queue is running, or commits did not let the gate close.
+ * recount of the queue is running, or commits did not let the barrier close.
  * Needs SPI connected.  Takes no table lock: writers and claimers go on.
  *
- * With the gate closed, the snapshot is taken and each backlogged tenant's
+ * With the barrier closed, the snapshot is taken and each backlogged tenant's
  * live count copied, and the recount generation moves on: reservations made
  * before it no longer stand (the count has their rows), later ones do.  The
  * table is counted with that snapshot; then each tenant's count is adjusted
@@ -629,7 +629,7 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
  * no more than a background one does: it always counts the latest committed
  * state.
  */
-/* Both halves of a recount; false if the gate could not close. */
+/* Both halves of a recount; false if the barrier could not close. */
 static bool
 fs_fair_resync_run(FsFairDesc *desc, FsFairQueue *fq, int *tenants, int64 *total)
 {
@@ -646,7 +646,7 @@ fs_fair_resync_run(FsFairDesc *desc, FsFairQueue *fq, int *tenants, int64 *total
 /*
  * Mark `fq` as being recounted by this backend; false if another live
  * backend is recounting it (or, with `if_unsynced`, it is counted).  A mark
- * left by a backend that is gone is taken over, with the gate it may have
+ * left by a backend that is gone is taken over, with the barrier it may have
  * left closed.
  */
 static bool
@@ -700,8 +700,8 @@ fs_fair_resync_begin(FsFairQueue *fq, bool if_unsynced)
 
 	if (taken_over)
 	{
-		/* The gone backend may have left the gate closed, too. */
-		fs_fair_gate_open(fq);
+		/* The gone backend may have left the barrier closed, too. */
+		fs_commit_barrier_open(fq);
 		ereport(LOG,
 				(errmsg("took over the recount of a fair-dequeue queue from backend %d, which is gone",
 						owner)));
@@ -721,7 +721,7 @@ int64
 fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 {
 	FsFairQueue *fq = desc->fq;
-	bool		gate_closed;
+	bool		barrier_closed;
 	int64		total = -1;
 
 	if (fq == NULL)
@@ -731,11 +731,11 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 
 	PG_TRY();
 	{
-		gate_closed = fs_fair_resync_run(desc, fq, tenants, &total);
+		barrier_closed = fs_fair_resync_run(desc, fq, tenants, &total);
 	}
 	PG_CATCH();
 	{
-		fs_fair_gate_open(fq);	/* if the error came with it closed */
+		fs_commit_barrier_open(fq);	/* if the error came with it closed */
 		fs_fair_resync_end(fq, true);
 		fs_fair_resync_forget_owned(fq);
 		PG_RE_THROW();
@@ -743,7 +743,7 @@ fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 	PG_END_TRY();
 	fs_fair_resync_forget_owned(fq);
 
-	if (!gate_closed)
+	if (!barrier_closed)
 	{
 		fs_fair_resync_end(fq, false);
 		ereport(WARNING,

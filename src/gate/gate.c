@@ -21,10 +21,10 @@
  * fairshare.backpressure_latency, or whose live threads all hold slots,
  * admits nothing new.  Starting work already admitted is not blocked.
  *
- * Heartbeats are rare next to decisions: they take workers_lock exclusively
- * and recompute their queue's live threads.  A decision reads the queue's
- * cached figures under its spinlock, and recomputes them (workers_lock
- * shared) only when a counted heartbeat may have gone stale.
+ * Heartbeats are rare next to decisions: they take the heartbeat lock
+ * exclusively and recompute their queue's live threads.  A decision reads
+ * the queue's cached figures under its spinlock, and recomputes them (the
+ * heartbeat lock shared) only when a counted heartbeat may have gone stale.
  *
  *-------------------------------------------------------------------------
  */
@@ -62,22 +62,22 @@ int			fs_max_workers = 1024;
  */
 #define FS_CEIL(x)	((int64) ceil((x) - 1e-9))
 
-typedef struct FsWorkerKey
+typedef struct FsHeartbeatKey
 {
 	uint32		queue_id;
 	char		worker[FS_NAME_BUFLEN];
-} FsWorkerKey;
+} FsHeartbeatKey;
 
-typedef struct FsWorker
+typedef struct FsHeartbeat
 {
-	FsWorkerKey key;			/* hash key: must be first */
+	FsHeartbeatKey key;			/* hash key: must be first */
 	int32		threads;
 	TimestampTz last_heartbeat;
-} FsWorker;
+} FsHeartbeat;
 
 /* The heartbeat table's lock (core/shmem.c, rule 5a). */
-static LWLock *fs_workers_lock = NULL;
-static HTAB *fs_worker_hash = NULL;
+static LWLock *fs_heartbeats_lock = NULL;
+static HTAB *fs_heartbeat_hash = NULL;
 
 void
 fs_gate_init(void)
@@ -129,7 +129,7 @@ fs_gate_init(void)
 static Size
 fs_gate_shmem_size(void)
 {
-	return hash_estimate_size(fs_max_workers, sizeof(FsWorker));
+	return hash_estimate_size(fs_max_workers, sizeof(FsHeartbeat));
 }
 
 /* Ask for this layer's shared memory and locks (shmem request hook, module.c). */
@@ -137,21 +137,21 @@ void
 fs_gate_shmem_request(void)
 {
 	RequestAddinShmemSpace(fs_gate_shmem_size());
-	RequestNamedLWLockTranche("fairshare workers", 1);
+	RequestNamedLWLockTranche("fairshare heartbeats", 1);
 }
 
 void
 fs_gate_shmem_init(void)
 {
 	HASHCTL		info;
-	LWLockPadded *locks = GetNamedLWLockTranche("fairshare workers");
+	LWLockPadded *locks = GetNamedLWLockTranche("fairshare heartbeats");
 
-	fs_workers_lock = &locks[0].lock;
-	fs_lockstats_name_locks("workers", locks, 1);
+	fs_heartbeats_lock = &locks[0].lock;
+	fs_lockstats_name_locks("heartbeats", locks, 1);
 	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(FsWorkerKey);
-	info.entrysize = sizeof(FsWorker);
-	fs_worker_hash = ShmemInitHash("fairshare workers",
+	info.keysize = sizeof(FsHeartbeatKey);
+	info.entrysize = sizeof(FsHeartbeat);
+	fs_heartbeat_hash = ShmemInitHash("fairshare workers",
 								   fs_max_workers, fs_max_workers,
 								   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 }
@@ -168,30 +168,30 @@ fs_gate_queue_init(FsQueue *queue)
 }
 
 static inline bool
-fs_worker_is_live(const FsWorker *worker, TimestampTz now)
+fs_heartbeat_is_live(const FsHeartbeat *worker, TimestampTz now)
 {
 	return now - worker->last_heartbeat < (int64) fs_worker_ttl_s * USECS_PER_SEC;
 }
 
 /*
- * Recount a queue's live workers and threads.  workers_lock held (shared is
- * enough; with exclusive, stale heartbeats are dropped too).
+ * Recount a queue's live workers and threads.  Caller holds the heartbeat
+ * lock (shared is enough; with exclusive, stale heartbeats are dropped too).
  */
 static void
 fs_gate_recount(FsQueue *queue, TimestampTz now, bool drop_stale)
 {
 	HASH_SEQ_STATUS seq;
-	FsWorker   *worker;
+	FsHeartbeat   *worker;
 	int64		threads = 0;
 	int32		workers = 0;
 	TimestampTz until = DT_NOEND;
 
-	hash_seq_init(&seq, fs_worker_hash);
+	hash_seq_init(&seq, fs_heartbeat_hash);
 	while ((worker = hash_seq_search(&seq)) != NULL)
 	{
 		if (worker->key.queue_id != queue->queue_id)
 			continue;
-		if (fs_worker_is_live(worker, now))
+		if (fs_heartbeat_is_live(worker, now))
 		{
 			TimestampTz expires = worker->last_heartbeat +
 				(int64) fs_worker_ttl_s * USECS_PER_SEC;
@@ -202,7 +202,7 @@ fs_gate_recount(FsQueue *queue, TimestampTz now, bool drop_stale)
 				until = expires;
 		}
 		else if (drop_stale)
-			hash_search(fs_worker_hash, &worker->key, HASH_REMOVE, NULL);
+			hash_search(fs_heartbeat_hash, &worker->key, HASH_REMOVE, NULL);
 	}
 
 	SpinLockAcquire(&queue->mutex);
@@ -235,7 +235,7 @@ fs_gate_dampener(TimestampTz now)
 }
 
 /*
- * What the gate allows in `queue` at `now`.  Takes workers_lock (shared)
+ * What the gate allows in `queue` at `now`.  Takes the heartbeat lock (shared)
  * only when a live worker's heartbeat may have gone stale since the last
  * count; call it before opening a tenant entry.
  */
@@ -252,9 +252,9 @@ fs_gate_capacity(FsQueue *queue, TimestampTz now, FsGateCapacity *cap)
 
 	if (live_threads > 0 && now >= live_until)
 	{
-		LWLockAcquire(fs_workers_lock, LW_SHARED);
+		LWLockAcquire(fs_heartbeats_lock, LW_SHARED);
 		fs_gate_recount(queue, now, false);
-		LWLockRelease(fs_workers_lock);
+		LWLockRelease(fs_heartbeats_lock);
 		SpinLockAcquire(&queue->mutex);
 		live_threads = queue->live_threads;
 		SpinLockRelease(&queue->mutex);
@@ -343,11 +343,11 @@ fs_gate_set_latency(FsQueue *queue, float8 latency_ms, TimestampTz now)
 Datum
 fs_worker_heartbeat(PG_FUNCTION_ARGS)
 {
-	FsWorkerKey key;
+	FsHeartbeatKey key;
 	char		queue_name[FS_NAME_BUFLEN];
 	int32		threads;
 	FsQueue    *queue;
-	FsWorker   *worker;
+	FsHeartbeat   *worker;
 	TimestampTz now;
 	bool		found;
 
@@ -380,17 +380,17 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
 	key.queue_id = queue->queue_id;
 	now = fs_now();
 
-	LWLockAcquire(fs_workers_lock, LW_EXCLUSIVE);
+	LWLockAcquire(fs_heartbeats_lock, LW_EXCLUSIVE);
 	if (threads == 0)
-		hash_search(fs_worker_hash, &key, HASH_REMOVE, NULL);
+		hash_search(fs_heartbeat_hash, &key, HASH_REMOVE, NULL);
 	else
 	{
-		worker = hash_search(fs_worker_hash, &key, HASH_ENTER_NULL, &found);
+		worker = hash_search(fs_heartbeat_hash, &key, HASH_ENTER_NULL, &found);
 		if (worker == NULL)
 		{
 			/* Make room by dropping stale heartbeats of this queue, once. */
 			fs_gate_recount(queue, now, true);
-			worker = hash_search(fs_worker_hash, &key, HASH_ENTER_NULL, &found);
+			worker = hash_search(fs_heartbeat_hash, &key, HASH_ENTER_NULL, &found);
 		}
 		if (worker != NULL)
 		{
@@ -399,7 +399,7 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
 		}
 	}
 	fs_gate_recount(queue, now, true);
-	LWLockRelease(fs_workers_lock);
+	LWLockRelease(fs_heartbeats_lock);
 
 	if (threads > 0 && worker == NULL)
 		ereport(WARNING,
@@ -451,8 +451,8 @@ fs_worker_state(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo;
 	HASH_SEQ_STATUS seq;
-	FsWorker   *worker;
-	FsWorker   *copies;
+	FsHeartbeat   *worker;
+	FsHeartbeat   *copies;
 	long		ncopies = 0;
 	long		i;
 	TimestampTz now;
@@ -463,13 +463,13 @@ fs_worker_state(PG_FUNCTION_ARGS)
 	now = fs_now();
 
 	/* Copy under the lock; build tuples (and look up queues) after it. */
-	copies = palloc_extended(sizeof(FsWorker) * fs_max_workers, MCXT_ALLOC_HUGE);
-	LWLockAcquire(fs_workers_lock, LW_SHARED);
-	hash_seq_init(&seq, fs_worker_hash);
+	copies = palloc_extended(sizeof(FsHeartbeat) * fs_max_workers, MCXT_ALLOC_HUGE);
+	LWLockAcquire(fs_heartbeats_lock, LW_SHARED);
+	hash_seq_init(&seq, fs_heartbeat_hash);
 	while ((worker = hash_seq_search(&seq)) != NULL)
 		if (ncopies < fs_max_workers)
 			copies[ncopies++] = *worker;
-	LWLockRelease(fs_workers_lock);
+	LWLockRelease(fs_heartbeats_lock);
 
 	for (i = 0; i < ncopies; i++)
 	{
@@ -483,7 +483,7 @@ fs_worker_state(PG_FUNCTION_ARGS)
 		values[1] = CStringGetTextDatum(copies[i].key.worker);
 		values[2] = Int32GetDatum(copies[i].threads);
 		values[3] = TimestampTzGetDatum(copies[i].last_heartbeat);
-		values[4] = BoolGetDatum(fs_worker_is_live(&copies[i], now));
+		values[4] = BoolGetDatum(fs_heartbeat_is_live(&copies[i], now));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

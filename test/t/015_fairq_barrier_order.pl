@@ -1,13 +1,13 @@
 # Recounts of four queues while transactions change all of them: the commit
-# gates never hold a recount back for long.
+# barriers never hold a recount back for long.
 #
-# A recount closes its queue's commit gate and waits for the commits inside
-# to leave; a transaction that changed rows of two queues enters both gates
-# before it commits.  Entered in any order, a commit inside gate A waiting at
-# gate B (closed by B's recount, which waits for a commit inside B that waits
+# A recount closes its queue's commit barrier and waits for the commits inside
+# to leave; a transaction that changed rows of two queues enters both barriers
+# before it commits.  Entered in any order, a commit inside barrier A waiting at
+# barrier B (closed by B's recount, which waits for a commit inside B that waits
 # at A, closed by A's recount) would hold both recounts until they give up
-# (after 10 s).  Commits enter the gates in one order (the queues' ids), so
-# a wait can only be for a gate further along.
+# (after 10 s).  Commits enter the barriers in one order (the queues' ids), so
+# a wait can only be for a barrier further along.
 #
 # 12 pgbench clients insert into and delete from the four tables in one
 # transaction, in two orders, while four more recount one queue each in a
@@ -23,7 +23,7 @@ use Test::More;
 use FairshareTest;
 
 my $seconds = 15;
-my $node = fs_node('fairq_gate_order');
+my $node = fs_node('fairq_barrier_order');
 my $q = sub { $node->safe_psql('postgres', shift) };
 
 my @queues = qw(ga gb gc gd);
@@ -81,7 +81,7 @@ for my $queue (sort keys %bg)
 }
 
 # (A recount that finds the queue being recounted, by the other client or
-# the background worker, returns NULL at once; one that gives up at a gate
+# the background worker, returns NULL at once; one that gives up at a barrier
 # returns NULL after 10 s.)
 my ($n, $ran, $max) = split /\|/, $q->(q{
 	SELECT count(*), count(ready), round(max(ms)::numeric, 1) FROM recounts});
