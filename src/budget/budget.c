@@ -171,6 +171,11 @@ fs_refunds_settle(bool give_back, SubTransactionId subid)
 	}
 }
 
+/*
+ * Transaction end: a commit forgets this transaction's refunds (the tokens
+ * stay spent), an abort gives them back; a transaction that spent or charged
+ * tokens cannot be prepared, since its refunds live in this backend.
+ */
 static void
 fs_budget_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
@@ -196,6 +201,11 @@ fs_budget_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	}
 }
 
+/*
+ * Subtransaction end: an aborted subtransaction gives back the tokens it
+ * took; a committed one hands its refunds to its parent, so that the
+ * parent's abort gives them back.
+ */
 static void
 fs_budget_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 						   SubTransactionId parentSubid, void *arg pg_attribute_unused())
@@ -255,6 +265,10 @@ fs_budget_init(void)
  * ----------------------------------------------------------------
  */
 
+/*
+ * An integer argument that must not be NULL and must be at least `min`; a
+ * clear error with `hint` otherwise.
+ */
 static int32
 fs_int_arg(FunctionCallInfo fcinfo, int argno, const char *what, int32 min, const char *hint)
 {

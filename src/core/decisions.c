@@ -95,6 +95,10 @@ fs_decisions_shmem_request(void)
 	RequestAddinShmemSpace(fs_decisions_shmem_size());
 }
 
+/*
+ * Create (or attach to) the decision rings, one per backend slot; nothing
+ * when fairshare.decision_log_size is 0. Caller holds AddinShmemInitLock.
+ */
 void
 fs_decisions_shmem_init(void)
 {
@@ -173,6 +177,7 @@ fs_decision_log(const FsDecision *d)
 	ring->next++;
 }
 
+/* The fs_decisions.kind of a record. */
 static const char *
 fs_decision_kind_name(uint8 kind)
 {

@@ -267,6 +267,10 @@ fs_lockstats_shmem_request(void)
 	RequestAddinShmemSpace(fs_lockstats_shmem_size());
 }
 
+/*
+ * Create (or attach to) the lock statistics. Caller holds
+ * AddinShmemInitLock.
+ */
 void
 fs_lockstats_shmem_init(void)
 {

@@ -455,6 +455,10 @@ fs_tenant_next_generation(void)
 	return generation;
 }
 
+/*
+ * Set up a tenant entry just entered: a new generation, no slots, the
+ * built-in limits until its own load (its bucket fills then), touched now.
+ */
 static void
 fs_tenant_init(FsTenant *entry, TimestampTz now)
 {

@@ -78,6 +78,7 @@ typedef struct FsClaimOutput
 	int			capacity;
 } FsClaimOutput;
 
+/* Add a row to a claim's output (room was made for every planned row). */
 static void
 fs_claim_output_add(FsClaimOutput *out, float8 start, int64 lease_id, const char *tenant,
 					Datum row)
@@ -401,6 +402,9 @@ fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	return claimed;
 }
 
+/*
+ * fs_claim()'s max_rows: not NULL, positive, and at most FS_CLAIM_MAX_ROWS.
+ */
 static int32
 fs_max_rows_arg(FunctionCallInfo fcinfo, int argno)
 {

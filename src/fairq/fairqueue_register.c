@@ -298,6 +298,10 @@ fs_coerce_tenant(ParseState *pstate, Node *expr, const FsParseContext *ctx)
 	return NULL;				/* keep compiler quiet */
 }
 
+/*
+ * A key expression as registered: an integer, a uuid or text (what the claim
+ * map can identify a row by), or a clear error naming the queue.
+ */
 static Node *
 fs_coerce_key(Node *expr, const FsParseContext *ctx)
 {
@@ -337,6 +341,10 @@ fs_coerce_enqueued_at(Node *expr, const FsParseContext *ctx)
 	return expr;
 }
 
+/*
+ * A cost expression as float8: any numeric type, coerced as an assignment
+ * would; anything else is refused.
+ */
 static Node *
 fs_coerce_cost(ParseState *pstate, Node *expr, const FsParseContext *ctx)
 {
@@ -368,6 +376,11 @@ typedef struct FsParse
 	ParseState *pstate;
 } FsParse;
 
+/*
+ * Start parsing an expression of a registration, as part of `sql`, against
+ * `rel`: its errors name the queue and the argument (the error context stays
+ * until fs_parse_end()).
+ */
 static void
 fs_parse_begin(FsParse *p, const char *sql, bool order_by, Relation rel, FsExprRole role,
 			   const char *queue)
@@ -457,6 +470,10 @@ typedef struct FsOrderItem
 	SortByNulls nulls;
 } FsOrderItem;
 
+/*
+ * Parse an order_by text into its items (expression, direction, nulls first
+ * or last), checked as a claim will use them.
+ */
 static List *
 fs_compile_order(const char *text, Relation rel, const char *queue)
 {
@@ -509,6 +526,10 @@ fs_deparse(Node *expr, Relation rel)
 	return text;
 }
 
+/*
+ * One order item as SQL, for the claim query or (with for_index) an index
+ * definition, where an expression needs parentheses.
+ */
 static char *
 fs_deparse_order_item(FsOrderItem *item, Relation rel, bool for_index)
 {
@@ -529,6 +550,7 @@ fs_deparse_order_item(FsOrderItem *item, Relation rel, bool for_index)
 	return buf.data;
 }
 
+/* The order items as an ORDER BY list (see fs_deparse_order_item()). */
 static char *
 fs_deparse_order(List *items, Relation rel, bool for_index)
 {
@@ -545,6 +567,10 @@ fs_deparse_order(List *items, Relation rel, bool for_index)
 	return buf.data;
 }
 
+/*
+ * A table's schema-qualified, quoted name, for the SQL fairshare builds; an
+ * error if the table is gone.
+ */
 static char *
 fs_qualified_name(Oid relid)
 {
@@ -612,6 +638,10 @@ fs_check_may_replace(HeapTuple old, TupleDesc old_desc, const char *queue_name,
 						 "table under another queue name.")));
 }
 
+/*
+ * Open a registered table by OID (AccessShareLock), or raise a clear error
+ * when it no longer exists.
+ */
 static Relation
 fs_open_table(Oid relid, const char *what, const char *queue_name)
 {
@@ -840,6 +870,10 @@ fs_key_is_unique(Relation rel, Node *key)
 	return false;
 }
 
+/*
+ * The CREATE INDEX statement of the index a claim uses: the tenant, then the
+ * order, over the ready rows.
+ */
 static char *
 fs_index_definition(Relation rel, const char *name, Node *tenant, List *order,
 					const char *ready_filter)
@@ -1093,6 +1127,10 @@ fs_sync_triggers(Oid relid)
  * ----------------------------------------------------------------
  */
 
+/*
+ * A text argument as a C string: NULL is an error when `required`, and NULL
+ * otherwise.
+ */
 static char *
 fs_text_arg(FunctionCallInfo fcinfo, int argno, const char *what, bool required)
 {
@@ -1647,6 +1685,10 @@ fs_fair_queues_changed(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
+/*
+ * A relation changed (or everything, for InvalidOid): the registrations and
+ * row-trigger caches built on it must be built again before their next use.
+ */
 static void
 fs_invalidate_caches(Oid relid)
 {
@@ -1723,6 +1765,7 @@ fs_prepare(FsFairDesc *desc, FsQueryText *q, int nargs, Oid *argtypes, const cha
 	return plan;
 }
 
+/* Free a cached registration: its prepared plans, then its memory. */
 static void
 fs_desc_free(FsFairDesc *desc)
 {
@@ -2348,6 +2391,12 @@ fs_rel_key_type(FsRelRole *role, ExprState *key, Oid registered, Relation rel)
 	get_typlenbyval(role->key_type, &role->key_len, &role->key_byval);
 }
 
+/*
+ * How a row trigger sees one registration of its table (one row of
+ * fs_fair_queues): the queue, and the compiled expressions of the ready side
+ * (tenant, filter, cost, key) or of the running side (filter, key), with the
+ * role user code runs as.
+ */
 static void
 fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, bool ready_side)
 {

@@ -70,6 +70,10 @@ fs_claim_map_shmem_size(void)
 					fs_scan_lists_size(FS_CLAIM_PARTITIONS));
 }
 
+/*
+ * Create (or attach to) the claim map and its partition lists. Caller holds
+ * AddinShmemInitLock.
+ */
 void
 fs_claim_map_shmem_init(void)
 {
@@ -154,6 +158,11 @@ fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value, Oid type, int16
 	}
 }
 
+/*
+ * Map a claimed row's key to its lease (and the cost charged for it). False
+ * when the map is full: the lease is then released only by its holder or its
+ * expiry.
+ */
 static bool
 fs_claim_map_insert(const FsClaimKey *key, int64 lease_id, float8 est_cost, const char *tenant)
 {
@@ -176,6 +185,7 @@ fs_claim_map_insert(const FsClaimKey *key, int64 lease_id, float8 est_cost, cons
 	return entry != NULL;
 }
 
+/* Copy the claim-map entry of `key`, if there is one. */
 static bool
 fs_claim_map_find(const FsClaimKey *key, FsClaimEntry *copy)
 {
@@ -418,6 +428,11 @@ fs_claim_map_sweep(void)
 	return removed;
 }
 
+/*
+ * Write the claim map's entries of the first `nqueues` queues to the state
+ * file's section, field by field; returns how many. The entries are copied
+ * out first, a batch at a time, since writing may allocate.
+ */
 uint64
 fs_claim_map_save(StringInfo buf, uint32 nqueues)
 {
@@ -695,6 +710,10 @@ fs_xact_table(const char *name, Size keysize, Size entrysize)
 	return hash_create(name, 16, &info, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
+/*
+ * The first change of fair-dequeue state in this transaction: make its
+ * backend-local tables (once per backend) and mark it active.
+ */
 static void
 fs_xact_begin(void)
 {
@@ -741,6 +760,10 @@ fs_xact_table_clear(HTAB **table)
 		hash_search(*table, entry, HASH_REMOVE, NULL);
 }
 
+/*
+ * The transaction is over: forget what it did (its tables emptied, its
+ * memory reset).
+ */
 static void
 fs_xact_reset(void)
 {
@@ -757,6 +780,10 @@ fs_xact_reset(void)
 	n_own_claims = 0;
 }
 
+/*
+ * Count `rows` more (or fewer) ready rows of `tenant` in `queue` for this
+ * subtransaction, applied to shared memory when the transaction commits.
+ */
 static void
 fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves, float8 charge)
 {
@@ -930,6 +957,10 @@ fs_track_held_keys(FsFairDesc *desc)
 	return construct_array(values, n, desc->key_type, typlen, typbyval, typalign);
 }
 
+/*
+ * A queue was registered or unregistered in this transaction: its backends'
+ * caches are told at commit, and this backend sees the change at once.
+ */
 void
 fs_track_registration_changed(const char *queue_name, bool unregistered)
 {
@@ -1147,6 +1178,10 @@ fs_release_claim(FsRelRole *role, const FsClaimEntry *entry)
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * A row left a queue's running table: if a claim's lease is mapped to its
+ * key, release it (the job is done).
+ */
 static void
 fs_running_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
 {
@@ -1764,6 +1799,11 @@ fs_commit(void)
 		}
 }
 
+/*
+ * Transaction end: at pre-commit, enter the commit barriers and compute what
+ * to apply; at commit, apply it and leave them; at abort, undo what this
+ * transaction's claims did to shared memory.
+ */
 static void
 fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
@@ -1801,6 +1841,10 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	}
 }
 
+/*
+ * Subtransaction end: a commit hands its changes to the parent; an abort
+ * undoes its claims and drops its deltas.
+ */
 static void
 fs_track_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 						  SubTransactionId parentSubid, void *arg pg_attribute_unused())

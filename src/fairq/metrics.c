@@ -47,6 +47,11 @@ PG_FUNCTION_INFO_V1(fs_fair_share_state);
  * ----------------------------------------------------------------
  */
 
+/*
+ * The fair order's say on evicting an idle tenant entry (core/shmem.c's
+ * fs_tenant_evictable_hook): not while it is listed in the fair order, nor
+ * while its finish tag is ahead of the queue's virtual time.
+ */
 bool
 fs_fairqueue_may_evict(const FsTenant *entry)
 {
@@ -63,6 +68,10 @@ fs_fairqueue_may_evict(const FsTenant *entry)
 	return entry->virtual_finish <= fs_fair->queues[entry->key.queue_id].vtime;
 }
 
+/*
+ * fs_reset(): zero every queue's fairness counters; the fair order and
+ * backlogs are kept.
+ */
 void
 fs_fairqueue_reset_counters(void)
 {
@@ -103,6 +112,10 @@ typedef struct FsShareScan
 	int			capacity;
 } FsShareScan;
 
+/*
+ * fs_tenant_foreach() visitor: copy what the fairness views need of each
+ * tenant of one queue, up to the room made for them.
+ */
 static void
 fs_share_collect(const FsTenant *t, void *arg)
 {
@@ -214,6 +227,11 @@ fs_fair_queue_rows(FunctionCallInfo fcinfo, fs_queue_row_fn fn)
 	SPI_finish();
 }
 
+/*
+ * One row of fs_fairness for a queue: its backlog, its tenants by state, its
+ * served work, and Jain's index and the Gini coefficient of the active
+ * tenants' served work per weight (fs_fairness_indexes()).
+ */
 static void
 fs_fairness_row(ReturnSetInfo *rsinfo, const char *name, FsQueue *queue)
 {
@@ -291,6 +309,10 @@ fs_fairness_state(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/*
+ * The rows of fs_fair_shares for a queue: each tenant's weight, served share
+ * and the share its weight entitles it to.
+ */
 static void
 fs_fair_share_rows(ReturnSetInfo *rsinfo, const char *name, FsQueue *queue)
 {

@@ -155,6 +155,10 @@ fs_heap_pool_nodes(void)
 					((int64) FS_HEAP_CHUNK * (FS_HEAP_FANOUT - 1)));
 }
 
+/*
+ * Shared memory of fair dequeue, but the claim map: each queue's state, and
+ * the pools the fair orders' chunks and directory nodes come from.
+ */
 static Size
 fs_fair_struct_size(void)
 {
@@ -183,6 +187,10 @@ fs_fairqueue_shmem_request(void)
 	RequestNamedLWLockTranche("fairshare fair dequeue", fs_max_queues + FS_CLAIM_PARTITIONS);
 }
 
+/*
+ * Create (or attach to) fair dequeue's shared state: each queue's state and
+ * lock, the pools, and the claim map. Caller holds AddinShmemInitLock.
+ */
 void
 fs_fairqueue_shmem_init(void)
 {

@@ -46,6 +46,11 @@
 
 
 
+/*
+ * Make a plan's room, before any lock is taken: for `want` rows of as many
+ * tenants, `aside_capacity` tenants set aside and `floor_capacity` floor
+ * candidates.
+ */
 void
 fs_plan_init(FsPlan *plan, int32 want, int aside_capacity, int32 floor_capacity)
 {

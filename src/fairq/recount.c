@@ -63,7 +63,7 @@ typedef struct FsCount
  * snapshot taken now and applied, or neither.  The barrier is closed only for
  * that instant; counting runs with it open.
  */
-#define FS_GATE_CLOSED		0x80000000U
+#define FS_BARRIER_CLOSED		0x80000000U
 #define FS_GATE_WAIT_USECS	100
 #define FS_GATE_MAX_WAIT	(10 * USECS_PER_SEC)
 
@@ -130,7 +130,7 @@ fs_commit_barrier_check_owner(FsFairQueue *fq)
 	 */
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 	if (fq->resyncing && fq->resync_pid == pid && fq->resync_owner_gen == gen)
-		pg_atomic_fetch_and_u32(&fq->commit_barrier, ~FS_GATE_CLOSED);
+		pg_atomic_fetch_and_u32(&fq->commit_barrier, ~FS_BARRIER_CLOSED);
 	LWLockRelease(fq->lock);
 }
 
@@ -169,6 +169,11 @@ fs_fair_resync_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unuse
 	}
 }
 
+/*
+ * Enter a queue's commit barrier before committing changes of its backlog:
+ * wait while a recount has it closed (checking for interrupts, and taking
+ * the barrier over from a recount whose backend is gone).
+ */
 void
 fs_commit_barrier_enter(FsQueue *queue)
 {
@@ -179,7 +184,7 @@ fs_commit_barrier_enter(FsQueue *queue)
 	{
 		uint32		old = pg_atomic_read_u32(&fq->commit_barrier);
 
-		if (old & FS_GATE_CLOSED)
+		if (old & FS_BARRIER_CLOSED)
 		{
 			/*
 			 * A recount is taking its snapshot: a few milliseconds at most.
@@ -213,8 +218,8 @@ fs_commit_barrier_close(FsFairQueue *fq)
 	TimestampTz start = GetCurrentTimestamp();
 
 	barrier_closed_by_me = fq;
-	pg_atomic_fetch_or_u32(&fq->commit_barrier, FS_GATE_CLOSED);
-	while ((pg_atomic_read_u32(&fq->commit_barrier) & ~FS_GATE_CLOSED) != 0)
+	pg_atomic_fetch_or_u32(&fq->commit_barrier, FS_BARRIER_CLOSED);
+	while ((pg_atomic_read_u32(&fq->commit_barrier) & ~FS_BARRIER_CLOSED) != 0)
 	{
 		if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(),
 									   FS_GATE_MAX_WAIT / 1000))
@@ -232,7 +237,7 @@ fs_commit_barrier_close(FsFairQueue *fq)
 static void
 fs_commit_barrier_open(FsFairQueue *fq)
 {
-	pg_atomic_fetch_and_u32(&fq->commit_barrier, ~FS_GATE_CLOSED);
+	pg_atomic_fetch_and_u32(&fq->commit_barrier, ~FS_BARRIER_CLOSED);
 	if (barrier_closed_by_me == fq)
 		barrier_closed_by_me = NULL;
 }
@@ -717,6 +722,12 @@ fs_fair_resync_forget_owned(FsFairQueue *fq)
 		nowned_resyncs--;
 }
 
+/*
+ * Recount a queue's backlog from its table (both halves,
+ * fs_fair_resync_run()), unless another recount runs or, with if_unsynced,
+ * the queue is in sync. Returns the rows counted, or -1 when it did not
+ * recount.
+ */
 int64
 fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants)
 {
@@ -863,6 +874,11 @@ fs_resync(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/*
+ * The background worker's periodic recount: forget stale claim-map entries,
+ * then recount each registered queue of this database that needs it; returns
+ * how many were recounted.
+ */
 int
 fs_fairqueue_resync_all(void)
 {

@@ -79,6 +79,10 @@ typedef struct FsHeartbeat
 static LWLock *fs_heartbeats_lock = NULL;
 static HTAB *fs_heartbeat_hash = NULL;
 
+/*
+ * The global gate's settings: how long a heartbeat counts, the share of live
+ * threads one tenant may hold, the dampener, backpressure.
+ */
 void
 fs_gate_init(void)
 {
@@ -140,6 +144,10 @@ fs_gate_shmem_request(void)
 	RequestNamedLWLockTranche("fairshare heartbeats", 1);
 }
 
+/*
+ * Create (or attach to) the heartbeat table and name its lock. Caller holds
+ * AddinShmemInitLock.
+ */
 void
 fs_gate_shmem_init(void)
 {
@@ -489,6 +497,7 @@ fs_worker_state(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/* fs_queues.backpressure of a state. */
 static const char *
 fs_backpressure_name(FsBackpressure bp)
 {

@@ -50,6 +50,11 @@ static bool limits_changed_in_xact = false;
 static SPIPlanPtr resolve_plan = NULL;
 static Oid	resolve_plan_extension = InvalidOid;
 
+/*
+ * Transaction end: a commit that changed fs_limits publishes the change (the
+ * limits generation goes up, and every cached limit loads again); an abort
+ * publishes nothing; a transaction that changed it cannot be prepared.
+ */
 static void
 fs_limits_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
@@ -107,6 +112,10 @@ fs_extension_schema(void)
 	return schema;
 }
 
+/*
+ * The prepared query that reads a tenant's limits from fs_limits, made again
+ * when the extension was dropped and created since.
+ */
 static SPIPlanPtr
 fs_limits_plan(void)
 {
@@ -296,6 +305,10 @@ fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out, uint32 *gen
  * ----------------------------------------------------------------
  */
 
+/*
+ * A tenant or queue name of a row written to fs_limits: not NULL, not empty,
+ * at most FS_NAME_MAXLEN bytes.
+ */
 static void
 fs_limits_check_name(HeapTuple tuple, TupleDesc desc, const char *column)
 {

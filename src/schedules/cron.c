@@ -97,6 +97,10 @@ fs_cron_field_name(int field)
  * ----------------------------------------------------------------
  */
 
+/*
+ * Fill in `error` (its code, the field it is about, a message made from
+ * `fmt` and a hint) and return false: every parse error goes through here.
+ */
 static bool
 cron_fail(FsCronError *error, FsCronErrorCode code, int field, const char *hint,
 		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -411,6 +415,11 @@ check_characters(int field, const char *p, size_t len, FsCronError *error)
 	return true;
 }
 
+/*
+ * Parse one field of a cron expression (lists, ranges, steps, names) into
+ * the bitmask of the values it allows; false, with `error` filled in, when
+ * it is not valid.
+ */
 static bool
 parse_field(int field, const char *p, size_t len, uint64_t *mask, FsCronError *error)
 {
@@ -474,6 +483,11 @@ some_month_has_day(uint16_t months, uint32_t days)
 	return false;
 }
 
+/*
+ * Parse a cron expression of five fields (minute hour day-of-month month
+ * day-of-week) or a macro (@daily, ...) into `cron`; false, with `error`
+ * saying which field and why, when it is not valid.
+ */
 bool
 fs_cron_parse(const char *text, size_t len, FsCron *cron, FsCronError *error)
 {
@@ -631,6 +645,10 @@ days_from_civil(int64_t y, int m, int d)
 	return era * 146097 + doe - 719468;
 }
 
+/*
+ * The calendar date (year, month, day) of day `z` since 1970-01-01, in the
+ * proleptic Gregorian calendar.
+ */
 static void
 civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 {

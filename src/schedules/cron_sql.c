@@ -33,6 +33,11 @@ PG_FUNCTION_INFO_V1(fs_next_runs);
 /* Characters of an expression repeated in an error message. */
 #define FS_CRON_ECHO_MAX	64
 
+/*
+ * The cron engine's zone lookup over a PostgreSQL time zone: the UTC offset
+ * in force at `t`, and the span around `t` for which it holds (its
+ * transitions).
+ */
 static bool
 fs_pg_zone_lookup(const void *arg, int64_t t, FsCronSpan *span)
 {
@@ -92,6 +97,10 @@ fs_cron_echo(const char *expr, int len)
 	return buf.data;
 }
 
+/*
+ * Parse a cron expression given as text, or raise the cron engine's error
+ * with its field and hint.
+ */
 void
 fs_cron_parse_text(text *expr, FsCron *cron)
 {
@@ -133,6 +142,10 @@ fs_upcase(char *s)
 		*s = pg_toupper((unsigned char) *s);
 }
 
+/*
+ * List every time zone name of PostgreSQL's tz database (upper case, sorted),
+ * once per backend: only names of the database are accepted as zones.
+ */
 static void
 fs_tz_names_load(void)
 {
@@ -219,6 +232,10 @@ fs_cron_find_zone(const char *name)
 	return tz;
 }
 
+/*
+ * A time zone given as text: a name of the tz database, or an error naming
+ * it (saying so when it looks like a POSIX specification).
+ */
 pg_tz *
 fs_cron_zone_text(text *name)
 {
@@ -237,6 +254,10 @@ fs_cron_zone_text(text *name)
 	return tz;
 }
 
+/*
+ * The first run of `cron` in `zone` strictly after `after` (whole seconds),
+ * into *next; or why there is none.
+ */
 FsNextRun
 fs_cron_next_run(const FsCron *cron, pg_tz *zone, TimestampTz after, TimestampTz *next)
 {

@@ -91,6 +91,10 @@ typedef enum FsCatchup
 
 static const char *const catchup_names[] = {"latest", "all", "skip"};
 
+/*
+ * The schedules' settings: whether the background worker runs and in which
+ * database, and how late a run still counts as on time.
+ */
 void
 fs_schedules_init(void)
 {
@@ -436,6 +440,10 @@ fs_required_text(FunctionCallInfo fcinfo, int argno, const char *what, const cha
 	return PG_GETARG_TEXT_PP(argno);
 }
 
+/*
+ * A schedule name argument: not NULL, not empty, at most
+ * FS_SCHEDULE_NAME_MAXLEN bytes.
+ */
 static char *
 fs_schedule_name_arg(FunctionCallInfo fcinfo, int argno)
 {
@@ -457,6 +465,9 @@ fs_schedule_name_arg(FunctionCallInfo fcinfo, int argno)
 	return text_to_cstring(arg);
 }
 
+/*
+ * A catchup policy by its name ('latest', 'all', 'skip'), or a clear error.
+ */
 static FsCatchup
 fs_catchup_from_string(const char *s)
 {
@@ -1142,6 +1153,11 @@ typedef struct FsClaimBatch
 	bool	   *a_error_null;
 } FsClaimBatch;
 
+/*
+ * Make room for one page of a claim: the ledger rows of `max_ledger` runs
+ * and the advances of `nschedules` schedules, all allocated before anything
+ * is written.
+ */
 static void
 fs_batch_init(FsClaimBatch *b, Size nschedules, Size max_ledger)
 {
@@ -1167,6 +1183,10 @@ fs_batch_init(FsClaimBatch *b, Size nschedules, Size max_ledger)
 	b->a_error_null = palloc(sizeof(bool) * nschedules);
 }
 
+/*
+ * Add a run to a claim page's ledger rows (written in one statement with the
+ * page's advances).
+ */
 static void
 fs_batch_ledger(FsClaimBatch *b, Datum id, TimestampTz t, Datum owner_oid, Datum owner,
 				Datum name, const char *state, bool has_missed, TimestampTz missed_since,
@@ -1185,6 +1205,7 @@ fs_batch_ledger(FsClaimBatch *b, Datum id, TimestampTz t, Datum owner_oid, Datum
 	b->l_source[i] = source;
 }
 
+/* A one-dimensional array of `n` values of `elemtype`, as a Datum. */
 static Datum
 fs_array(Datum *values, bool *nulls, int n, Oid elemtype)
 {
@@ -1266,6 +1287,7 @@ fs_insert_ledger(Datum *args)
 	return inserted;
 }
 
+/* A text column of an SPI row as a C string in `into`, or NULL. */
 static char *
 fs_copy_text(HeapTuple row, TupleDesc desc, int column, MemoryContext into)
 {
@@ -1282,6 +1304,13 @@ fs_copy_text(HeapTuple row, TupleDesc desc, int column, MemoryContext into)
 	return result;
 }
 
+/* A due row's place, by its schedule id (fs_reread_changed()). */
+typedef struct FsRowSlot
+{
+	int64		schedule_id;	/* hash key */
+	uint64		index;			/* its row in the due query's result */
+} FsRowSlot;
+
 /*
  * The due query locks the state rows only.  In READ COMMITTED, a state row
  * changed by fs_schedule() after the query's snapshot is re-checked and
@@ -1295,12 +1324,6 @@ fs_copy_text(HeapTuple row, TupleDesc desc, int column, MemoryContext into)
  * rows are locked.  Older rows, nearly all of them, need nothing.
  * rows[i] becomes the row to use for due row i.
  */
-typedef struct FsRowSlot
-{
-	int64		schedule_id;	/* hash key */
-	uint64		index;			/* its row in the due query's result */
-} FsRowSlot;
-
 static void
 fs_reread_changed(SPITupleTable *due, uint64 ndue, TransactionId horizon, HeapTuple *rows)
 {
@@ -1572,6 +1595,13 @@ fs_claim_page(FsClaim *c, bool with_command, int64 only_schedule_id, int limit, 
  */
 #define FS_CLAIM_MAX_PAGE			10000
 
+/*
+ * Claim due runs, exactly once each: every schedule due at `as_of` (of
+ * `claimer`, or of every owner) gets its runs per its catchup policy,
+ * recorded in the ledger and its next run advanced in the same transaction;
+ * at most `max_runs`. Returns how many were claimed, with the runs (and
+ * their commands) in *runs_out.
+ */
 int
 fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, TimestampTz as_of,
 			  Oid claimer, bool all_owners, FsClaimedRun **runs_out, FsClaimInfo *info)
@@ -1644,6 +1674,10 @@ fs_claim_runs(bool with_command, int64 only_schedule_id, int max_runs, Timestamp
 	return c.nruns;
 }
 
+/*
+ * The schedules due at `as_of` that the background worker runs (at most
+ * `limit`), with their owners, for the scheduler's pass.
+ */
 int
 fs_due_worker_schedules(TimestampTz as_of, int limit, FsDueSchedule **due_out)
 {
@@ -1742,6 +1776,10 @@ fs_claim_due_schedules(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
+/*
+ * Record the end of a claimed run in the ledger: succeeded, or failed with
+ * its error.
+ */
 void
 fs_finish_run(const FsClaimedRun *run, const char *error)
 {
@@ -1760,6 +1798,10 @@ fs_finish_run(const FsClaimedRun *run, const char *error)
 	fs_tables_close(&su);
 }
 
+/*
+ * Delete at most `limit` ledger rows of runs that ended before `before`;
+ * returns how many.
+ */
 uint64
 fs_prune_runs(TimestampTz before, int limit)
 {

@@ -278,6 +278,11 @@ fs_slots_shmem_request(void)
 	RequestNamedLWLockTranche("fairshare leases", FS_LEASE_PARTITIONS);
 }
 
+/*
+ * Create (or attach to) the lease table, its partition lists and each
+ * partition's expiry heaps, and name the lease locks. Caller holds
+ * AddinShmemInitLock.
+ */
 void
 fs_slots_shmem_init(void)
 {
@@ -1277,6 +1282,10 @@ fs_local_settle(bool commit, SubTransactionId subid)
 	}
 }
 
+/*
+ * The transaction is over: forget this backend's record of the leases it
+ * took and released (giving back the memory of an unusually large one).
+ */
 static void
 fs_local_reset(void)
 {
@@ -1291,6 +1300,11 @@ fs_local_reset(void)
 	}
 }
 
+/*
+ * Transaction end: leases released in this transaction are freed at commit
+ * and made live again at abort; leases it acquired are freed at abort; a
+ * transaction that took or released leases cannot be prepared.
+ */
 static void
 fs_slots_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
@@ -1321,6 +1335,10 @@ fs_slots_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	}
 }
 
+/*
+ * Subtransaction end: a commit hands its leases to the parent; an abort
+ * frees the leases it acquired and makes the ones it released live again.
+ */
 static void
 fs_slots_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 						  SubTransactionId parentSubid, void *arg pg_attribute_unused())

@@ -125,6 +125,10 @@ typedef struct FsSaveContext
 	uint32		nqueues;		/* queues written; newer ones are skipped */
 } FsSaveContext;
 
+/*
+ * fs_tenant_foreach() visitor of a save: write the tenant's item, within the
+ * room made for it.
+ */
 static void
 fs_save_tenant(const FsTenant *tenant, void *arg)
 {
@@ -318,6 +322,10 @@ fs_name_ok(char *name)
 	return name[0] != '\0';
 }
 
+/*
+ * Read the whole state file into memory; NULL (logged) when there is none,
+ * or it cannot be read, or its size is not plausible.
+ */
 static char *
 fs_statefile_read_all(Size *len)
 {
@@ -536,6 +544,12 @@ fs_restore_tenant(FsStateItem *item, FsQueue **queues, FsQueueKey *queue_keys,
 	return true;
 }
 
+/*
+ * Apply a checked state file to shared memory, in the postmaster before any
+ * backend exists: queues as tenants and leases need them, tenants (from a
+ * clean shutdown only), leases (as orphans after a crash), counters, and
+ * fair dequeue's sections.
+ */
 static void
 fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 {

@@ -170,6 +170,10 @@ fs_tiers_shmem_request(void)
 	RequestNamedLWLockTranche("fairshare tiers", FS_TIER_PARTITIONS);
 }
 
+/*
+ * Create (or attach to) the tier counters, their partition lists and the
+ * eviction state, and name the tier locks. Caller holds AddinShmemInitLock.
+ */
 void
 fs_tiers_shmem_init(void)
 {
@@ -285,6 +289,10 @@ fs_rule_window(int ruleno, const char *text)
 	return (int64) usecs;
 }
 
+/*
+ * Parse a rule set (a JSON array of {threshold, per, queue}) into `set`, or
+ * raise a clear error saying which rule is wrong and how.
+ */
 static void
 fs_rules_parse(Jsonb *rules, FsTierRuleSet *set)
 {
@@ -450,6 +458,10 @@ fs_window_count(FsTierWindow *w, int64 window_usecs, TimestampTz now, bool add)
 	return count;
 }
 
+/*
+ * Are all of a counter's windows empty at `now`? (Then eviction may forget
+ * it.) Entry spinlock held.
+ */
 static bool
 fs_tier_idle(FsTierEntry *entry, TimestampTz now)
 {

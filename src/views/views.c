@@ -54,6 +54,9 @@ fs_tenant_copy(const FsTenant *t, void *arg)
 		c->entries[c->count++] = *t;
 }
 
+/*
+ * One row of fs_tenants, from a copy of the entry taken under its spinlock.
+ */
 static void
 fs_tenant_state_row(ReturnSetInfo *rsinfo, const char *queue, FsTenant *t, TimestampTz now)
 {
@@ -128,6 +131,7 @@ fs_tenant_state(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/* fs_leases.state of a lease. */
 static const char *
 fs_lease_state_name(uint8 state)
 {
@@ -209,6 +213,7 @@ fs_lease_state(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/* fs_stats.start_kind of how this run began. */
 static const char *
 fs_start_kind_name(FsStartKind kind)
 {

@@ -229,6 +229,11 @@ fs_define_run_guc(const char *name, const char *description, char **variable)
 							   NULL, NULL, NULL);
 }
 
+/*
+ * The background worker's settings (the sweep, save and recount intervals,
+ * the commands' timeout, how long the run ledger is kept) and its
+ * registration with the postmaster, unless fairshare.worker is off.
+ */
 void
 fs_worker_init(void)
 {
@@ -451,6 +456,11 @@ fs_launcher_supervise(TimestampTz now)
 	return now + (TimestampTz) FS_LAUNCHER_POLL_SECS * USECS_PER_SEC;
 }
 
+/*
+ * The background worker (the launcher): sweeps expired leases and saves the
+ * running state file on their intervals, and starts the scheduler in
+ * fairshare.database (again if it exits).
+ */
 void
 fs_launcher_main(Datum main_arg pg_attribute_unused())
 {
@@ -861,6 +871,10 @@ fs_run_command(const FsClaimedRun *run)
  * ----------------------------------------------------------------
  */
 
+/*
+ * before_shmem_exit of the scheduler: say it is gone, and wake the launcher
+ * to start another.
+ */
 static void
 fs_scheduler_detach(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 {
@@ -1139,6 +1153,10 @@ typedef struct FsOwnerUse
 	int64		used_usecs;
 } FsOwnerUse;
 
+/*
+ * qsort order of due schedules: by owner, then by next run, so that a pass
+ * runs each owner's schedules together, oldest first.
+ */
 static int
 fs_due_cmp_owner(const void *a, const void *b)
 {
@@ -1392,6 +1410,12 @@ fs_scheduler_pass(TimestampTz as_of)
 	SpinLockRelease(&fs_worker_shared->mutex);
 }
 
+/*
+ * The scheduler, in fairshare.database: waits until the extension exists,
+ * then claims due runs and runs each command as its owner, in a transaction
+ * of its own, recording its end in the ledger; it also recounts the
+ * database's fair-dequeue queues and prunes the ledger on their intervals.
+ */
 void
 fs_scheduler_main(Datum main_arg)
 {
