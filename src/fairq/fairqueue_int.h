@@ -15,8 +15,9 @@
  *	                        is defined by, its triggers and index, and the
  *	                        per-backend cache of registrations
  *	  fairqueue_track.c     the triggers: backlog deltas applied at commit,
- *	                        what a claim undoes at rollback, and the claim
- *	                        map that releases leases automatically
+ *	                        what a claim undoes at rollback
+ *	  claim_map.c           the claim map (claimed row -> lease) that
+ *	                        releases leases automatically
  *
  *-------------------------------------------------------------------------
  */
@@ -356,6 +357,11 @@ enum
 };
 
 extern uint64 fs_claim_map_save(StringInfo buf, uint32 nqueues);
+extern FsClaimEntry *fs_claim_map_collect(uint32 queue_id, int *count);
+extern void fs_claim_map_remove(const FsClaimKey *key, int64 lease_id);
+extern void fs_claim_map_remove_queue(uint32 queue_id);
+extern bool fs_claim_map_insert(const FsClaimKey *key, int64 lease_id, float8 est_cost, const char *tenant);
+extern bool fs_claim_map_find(const FsClaimKey *key, FsClaimEntry *copy);
 extern void fs_claim_map_restore(const char *data, Size bytes, uint64 count,
 								 FsQueue **queues, uint64 nqueues, int64 next_lease_id);
 extern long fs_claim_map_count(uint32 queue_id);
