@@ -11,9 +11,13 @@
  *	  recount.c             recounting backlogs from the table (fs_resync)
  *	  metrics.c             fs_fairness and fs_fair_shares
  *	  saved.c               fair dequeue's sections of the state file
- *	  fairqueue_register.c  fs_register_queue(): validating the SQL a queue
- *	                        is defined by, its triggers and index, and the
- *	                        per-backend cache of registrations
+ *	  fairqueue_register.c  fs_register_queue() and fs_unregister_queue():
+ *	                        who may, the row in fs_fair_queues, the triggers
+ *	  register_parse.c      the SQL pieces a queue is defined by: parsed,
+ *	                        checked, and the index a claim uses
+ *	  register_cache.c      the per-backend caches of registrations (by
+ *	                        queue, and by relation for the row triggers)
+ *	                        (register_int.h is what these three share)
  *	  fairqueue_track.c     the triggers: backlog deltas applied at commit,
  *	                        what a claim undoes at rollback
  *	  claim_map.c           the claim map (claimed row -> lease) that
