@@ -28,8 +28,6 @@
 #ifndef FAIRSHARE_COMMON_H
 #define FAIRSHARE_COMMON_H
 
-#include "postgres.h"
-
 #include "fmgr.h"
 #include "utils/timestamp.h"
 

@@ -11,8 +11,6 @@
 #ifndef FAIRSHARE_COMPAT_H
 #define FAIRSHARE_COMPAT_H
 
-#include "postgres.h"
-
 #if PG_VERSION_NUM < 150000
 #error "fairshare requires PostgreSQL 15 or later"
 #endif

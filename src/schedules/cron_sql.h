@@ -10,8 +10,6 @@
 #ifndef FAIRSHARE_CRON_SQL_H
 #define FAIRSHARE_CRON_SQL_H
 
-#include "postgres.h"
-
 #include "pgtime.h"
 #include "utils/timestamp.h"
 

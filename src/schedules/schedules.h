@@ -9,8 +9,6 @@
 #ifndef FAIRSHARE_SCHEDULES_H
 #define FAIRSHARE_SCHEDULES_H
 
-#include "postgres.h"
-
 #include "utils/timestamp.h"
 
 /*

@@ -10,8 +10,6 @@
 #ifndef FAIRSHARE_WORKER_H
 #define FAIRSHARE_WORKER_H
 
-#include "postgres.h"
-
 /* GUCs */
 extern int	fs_sweep_interval_ms;
 extern int	fs_state_save_interval_secs;
