@@ -795,6 +795,39 @@ fs_lease_check_caller(int64 lease_id, Oid owner, const char *action)
 }
 
 /*
+ * Find a lease to release or renew, and take its partition lock EXCLUSIVE.
+ * Returns FS_LEASE_OP_TRUE with the lock held and the lease in *lease; or,
+ * with the lock released, FS_LEASE_OP_FALSE (unknown, being released, or
+ * expired, or with `need_tenant` its tenant's entry gone: then it is freed
+ * here) or FS_LEASE_OP_CHECK_OWNER (see fs_lease_caller_ok()).
+ */
+static FsLeaseOpResult
+fs_lease_open(int64 lease_id, uint32 hashvalue, LWLock *lock, TimestampTz now,
+			  bool check, Oid allowed, Oid *owner, bool need_tenant, FsLease **lease)
+{
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	*lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
+										 HASH_FIND, NULL);
+	if (*lease == NULL || (*lease)->state == FS_LEASE_RELEASING)
+	{
+		LWLockRelease(lock);
+		return FS_LEASE_OP_FALSE;
+	}
+	if (!fs_lease_caller_ok(*lease, check, allowed, owner))
+	{
+		LWLockRelease(lock);
+		return FS_LEASE_OP_CHECK_OWNER;
+	}
+	if ((*lease)->expires_at <= now || (need_tenant && !fs_lease_tenant_ok(*lease)))
+	{
+		/* Expired, or its tenant's entry is gone: so is the lease. */
+		fs_lease_expire_locked(*lease, hashvalue, lock, false);
+		return FS_LEASE_OP_FALSE;
+	}
+	return FS_LEASE_OP_TRUE;
+}
+
+/*
  * Release a lease: see fs_slot_release().  With `check`, a lease of another
  * role than the caller (and than `allowed`) is left alone and
  * FS_LEASE_OP_CHECK_OWNER returned with its owner in *owner.
@@ -810,27 +843,13 @@ fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
 	uint32		generation;
 	int			acquired;
 	bool		count_ok;
+	FsLeaseOpResult found;
 
 	*held_usecs = 0;
 	fs_local_reserve();
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
-										HASH_FIND, NULL);
-	if (lease == NULL || lease->state == FS_LEASE_RELEASING)
-	{
-		LWLockRelease(lock);
-		return FS_LEASE_OP_FALSE;
-	}
-	if (!fs_lease_caller_ok(lease, check, allowed, owner))
-	{
-		LWLockRelease(lock);
-		return FS_LEASE_OP_CHECK_OWNER;
-	}
-	if (lease->expires_at <= now)
-	{
-		fs_lease_expire_locked(lease, hashvalue, lock, false);
-		return FS_LEASE_OP_FALSE;
-	}
+	found = fs_lease_open(lease_id, hashvalue, lock, now, check, allowed, owner, false, &lease);
+	if (found != FS_LEASE_OP_TRUE)
+		return found;
 
 	tenant = lease->tenant;
 	generation = lease->tenant_generation;
@@ -910,26 +929,11 @@ fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed
 	FsTenant   *tenant;
 	TimestampTz expires_at = now + lease_usecs;
 	bool		count_ok = true;
+	FsLeaseOpResult found;
 
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
-										HASH_FIND, NULL);
-	if (lease == NULL || lease->state == FS_LEASE_RELEASING)
-	{
-		LWLockRelease(lock);
-		return FS_LEASE_OP_FALSE;
-	}
-	if (!fs_lease_caller_ok(lease, true, allowed, owner))
-	{
-		LWLockRelease(lock);
-		return FS_LEASE_OP_CHECK_OWNER;
-	}
-	if (lease->expires_at <= now || !fs_lease_tenant_ok(lease))
-	{
-		/* Expired, or its tenant's entry is gone: so is the lease. */
-		fs_lease_expire_locked(lease, hashvalue, lock, false);
-		return FS_LEASE_OP_FALSE;
-	}
+	found = fs_lease_open(lease_id, hashvalue, lock, now, true, allowed, owner, true, &lease);
+	if (found != FS_LEASE_OP_TRUE)
+		return found;
 
 	tenant = lease->tenant;
 	fs_lease_heap_remove(hashvalue, lease);
