@@ -141,12 +141,11 @@ fs_budget_refund(const FsRefundKey *key, float8 tokens)
 	entry = fs_tenant_open(queue, key->tenant, FS_OPEN_NO_LIMITS, &ref);
 	if (entry == NULL)
 		return;					/* evicted: it had a full bucket anyway */
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	fs_tenant_touch(entry, fs_now());
 	if (entry->budget_ms_per_minute >= 0)
-		entry->token_balance = Min(entry->budget_ms_per_minute,
-								   entry->token_balance + tokens);
-	SpinLockRelease(&entry->mutex);
+		fs_tenant_tokens_give_back(entry, tokens);
+	fs_tenant_unlock(entry);
 	fs_tenant_close(&ref);
 }
 
@@ -334,12 +333,7 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 	if (entry == NULL)
 	{
 		/* No state can be kept for this tenant: admit everything. */
-		FS_COUNT_GLOBAL(fail_open);
-		if (queue != NULL)
-			d.queue_id = queue->queue_id;
-		d.reason = FS_REASON_FAIL_OPEN;
-		d.granted = requested;
-		fs_decision_log(&d);
+		fs_decision_fail_open(&d, queue, requested);
 		PG_RETURN_INT32(requested);
 	}
 	d.queue_id = queue->queue_id;
@@ -348,7 +342,7 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 	if (ref.limits.budget_ms_per_minute >= 0)
 		refund = fs_budget_refund_entry(queue, tenant);
 
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	fs_tenant_touch(entry, now);
 	if (entry->budget_ms_per_minute >= 0)
 	{
@@ -362,7 +356,7 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 		/* It could have run: budget and headroom, but no free worker. */
 		if (bp == FS_BP_NO_FREE_THREAD && requested > 0 &&
 			d.runs_possible != 0 && entry->slots_in_use < ceiling)
-			entry->failed_to_deliver++;
+			fs_tenant_count_failed_delivery(entry);
 	}
 	else if (entry->budget_ms_per_minute < 0)
 	{
@@ -378,14 +372,14 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 	{
 		d.granted = Min(requested, d.runs_possible);
 		d.tokens_consumed = (float8) d.granted * cost_ms;
-		entry->token_balance -= d.tokens_consumed;
+		fs_tenant_tokens_take(entry, d.tokens_consumed);
 		d.reason = (d.granted > 0 || requested == 0) ? FS_REASON_GRANTED : FS_REASON_NO_BUDGET;
 	}
 	if (d.reason != FS_REASON_FAIL_OPEN)
-		entry->decisions[d.reason]++;
+		fs_tenant_count_decision(entry, d.reason);
 	if (entry->budget_ms_per_minute >= 0)
 		d.balance_after = entry->token_balance;
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 	fs_tenant_close(&ref);
 
 	if (d.reason == FS_REASON_FAIL_OPEN)
@@ -443,11 +437,7 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 		entry = fs_tenant_open(queue, tenant, FS_OPEN_CREATE, &ref);
 	if (entry == NULL)
 	{
-		FS_COUNT_GLOBAL(fail_open);
-		if (queue != NULL)
-			d.queue_id = queue->queue_id;
-		d.reason = FS_REASON_FAIL_OPEN;
-		fs_decision_log(&d);
+		fs_decision_fail_open(&d, queue, 0);
 		PG_RETURN_NULL();
 	}
 	d.queue_id = queue->queue_id;
@@ -455,17 +445,15 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 	if (ref.limits.budget_ms_per_minute >= 0)
 		refund = fs_budget_refund_entry(queue, tenant);
 
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	fs_tenant_touch(entry, now);
 	if (entry->budget_ms_per_minute >= 0)
 	{
 		d.tokens_before = entry->token_balance;
-		entry->token_balance = Max(entry->token_balance - used_ms,
-								   -FS_BUDGET_MAX_DEBT_MINUTES * entry->budget_ms_per_minute);
-		d.tokens_consumed = d.tokens_before - entry->token_balance;
+		d.tokens_consumed = fs_tenant_tokens_charge(entry, used_ms);
 		d.balance_after = entry->token_balance;
 	}
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 	fs_tenant_close(&ref);
 
 	fs_decision_log(&d);
@@ -526,10 +514,7 @@ fs_budget_claim(FsQueue *queue, const char *tenant, float8 cost_ms, TimestampTz 
 	entry = fs_tenant_open(queue, tenant, FS_OPEN_CREATE, &ref);
 	if (entry == NULL)
 	{
-		FS_COUNT_GLOBAL(fail_open);
-		d.reason = FS_REASON_FAIL_OPEN;
-		d.granted = 1;
-		fs_decision_log(&d);
+		fs_decision_fail_open(&d, queue, 1);
 		return true;
 	}
 	if (ref.limits.budget_ms_per_minute < 0)
@@ -541,7 +526,7 @@ fs_budget_claim(FsQueue *queue, const char *tenant, float8 cost_ms, TimestampTz 
 	lost = fs_budget_state_lost(now);
 	refund = fs_budget_refund_entry(queue, tenant);
 
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	fs_tenant_touch(entry, now);
 	d.tokens_before = entry->token_balance;
 	d.runs_possible = entry->token_balance < cost_ms ? 0 : 1;
@@ -549,18 +534,18 @@ fs_budget_claim(FsQueue *queue, const char *tenant, float8 cost_ms, TimestampTz 
 		d.reason = FS_REASON_FAIL_OPEN;
 	else if (entry->token_balance >= cost_ms)
 	{
-		entry->token_balance -= cost_ms;
+		fs_tenant_tokens_take(entry, cost_ms);
 		*taken = cost_ms;
 		d.reason = FS_REASON_GRANTED;
 	}
 	else
 	{
 		d.reason = FS_REASON_NO_BUDGET;
-		entry->decisions[FS_REASON_NO_BUDGET]++;
+		fs_tenant_count_decision(entry, FS_REASON_NO_BUDGET);
 	}
 	d.tokens_consumed = *taken;
 	d.balance_after = entry->token_balance;
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 	fs_tenant_close(&ref);
 
 	if (d.reason == FS_REASON_FAIL_OPEN)
@@ -584,10 +569,10 @@ fs_budget_unclaim(FsQueue *queue, const char *tenant, float8 taken)
 	entry = fs_tenant_open(queue, tenant, FS_OPEN_NO_LIMITS, &ref);
 	if (entry != NULL)
 	{
-		SpinLockAcquire(&entry->mutex);
+		fs_tenant_lock(entry);
 		if (entry->budget_ms_per_minute >= 0)
-			entry->token_balance = Min(entry->budget_ms_per_minute, entry->token_balance + taken);
-		SpinLockRelease(&entry->mutex);
+			fs_tenant_tokens_give_back(entry, taken);
+		fs_tenant_unlock(entry);
 		fs_tenant_close(&ref);
 	}
 	/* ... and no refund of it at abort. */
@@ -610,11 +595,10 @@ fs_budget_charge_committed(FsQueue *queue, const char *tenant, float8 used_ms, T
 	entry = fs_tenant_open(queue, tenant, FS_OPEN_NO_LIMITS, &ref);
 	if (entry == NULL)
 		return;
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	fs_tenant_touch(entry, now);
 	if (entry->budget_ms_per_minute >= 0)
-		entry->token_balance = Max(entry->token_balance - used_ms,
-								   -FS_BUDGET_MAX_DEBT_MINUTES * entry->budget_ms_per_minute);
-	SpinLockRelease(&entry->mutex);
+		(void) fs_tenant_tokens_charge(entry, used_ms);
+	fs_tenant_unlock(entry);
 	fs_tenant_close(&ref);
 }

@@ -140,6 +140,23 @@ fs_decision_init(FsDecision *d, FsDecisionKind kind, const char *tenant, Timesta
 }
 
 /*
+ * End a decision made without state (no room for the tenant or its lease,
+ * or its limits unreadable): `granted` is admitted anyway, with reason
+ * fail_open, logged and counted for the whole server.  `queue` is NULL
+ * when there was no room for the queue either.
+ */
+void
+fs_decision_fail_open(FsDecision *d, const FsQueue *queue, int32 granted)
+{
+	FS_COUNT_GLOBAL(fail_open);
+	if (queue != NULL)
+		d->queue_id = queue->queue_id;
+	d->reason = FS_REASON_FAIL_OPEN;
+	d->granted = granted;
+	fs_decision_log(d);
+}
+
+/*
  * Log a decision in this backend's ring.  No lock: each ring has one writer
  * (the backend in that slot), and readers check the record's sequence.
  */

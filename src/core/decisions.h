@@ -8,7 +8,7 @@
 #ifndef FAIRSHARE_DECISIONS_H
 #define FAIRSHARE_DECISIONS_H
 
-#include "core/common.h"
+#include "core/shmem.h"
 
 /* What kind of decision a log record is about. */
 typedef enum FsDecisionKind
@@ -47,5 +47,6 @@ extern void fs_decisions_shmem_init(void);
 extern void fs_decision_init(FsDecision *decision, FsDecisionKind kind,
 							 const char *tenant, TimestampTz now);
 extern void fs_decision_log(const FsDecision *decision);
+extern void fs_decision_fail_open(FsDecision *decision, const FsQueue *queue, int32 granted);
 
 #endif							/* FAIRSHARE_DECISIONS_H */

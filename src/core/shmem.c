@@ -94,6 +94,20 @@
  *	  changes are applied, and a recount closes it for the instant it takes
  *	  its snapshot.  Nobody waits at a barrier holding a fairshare lock.
  *
+ * 9. Where shared state changes.  Each kind of entry changes through a small
+ *	  set of functions in one place, under the locks above, and each set
+ *	  ends in one "changed" function that sees every change of its kind (the
+ *	  debug build checks invariants there):
+ *	  - a tenant entry: core/tenant.h (fs_tenant_changed()); entries are
+ *		entered, touched and restored here, in shmem.c;
+ *	  - a lease: slots/slots.c, "Changes of the lease table"
+ *		(fs_lease_changed());
+ *	  - a queue's fair-order state: fairq/fairqueue_int.h
+ *		(fs_fair_changed()); its heap: fairq/order.c;
+ *	  - the claim map: fairq/claim_map.c (fs_claim_map_changed());
+ *	  - worker heartbeats and a queue's gate figures: gate/gate.c
+ *		(fs_worker_heartbeat(), fs_gate_recount(), fs_report_latency()).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -491,7 +505,56 @@ fs_tenant_touch(FsTenant *entry, TimestampTz now)
 		if (entry->served_ms > 0)
 			entry->served_ms = fs_served_decayed(entry->served_ms, entry->touched_at, now);
 		entry->touched_at = now;
+		fs_tenant_changed(entry);
 	}
+}
+
+/*
+ * Give a restored entry (just entered, seen by no one else yet) the saved
+ * state of `saved`: its counters, balance, fair-order tag, served work and
+ * last limits (kept until its own load).  Saved values are checked as well
+ * as where they came from: each is kept in range, and a time outside
+ * [oldest, now] becomes now.  Slots come back with leases; backlogs are
+ * recounted from the tables.
+ */
+void
+fs_tenant_restore(FsTenant *entry, const FsTenant *saved, TimestampTz oldest,
+				  TimestampTz now)
+{
+	fs_tenant_lock(entry);
+	entry->token_balance = saved->token_balance;
+	if (isnan(entry->token_balance) || isinf(entry->token_balance))
+	{
+		/* Unknown balance: refill when the limits load, like a new tenant. */
+		entry->token_balance = 0;
+		entry->flags |= FS_TENANT_NEW;
+	}
+	entry->touched_at = saved->touched_at;
+	if (entry->touched_at > now || entry->touched_at < oldest)
+		entry->touched_at = now;
+	entry->virtual_finish = saved->virtual_finish;
+	if (isnan(entry->virtual_finish) || isinf(entry->virtual_finish))
+		entry->virtual_finish = 0;
+	memcpy(entry->decisions, saved->decisions, sizeof(entry->decisions));
+	entry->leases_expired = saved->leases_expired;
+	entry->failed_to_deliver = saved->failed_to_deliver;
+	entry->served_ms = saved->served_ms;
+	if (isnan(entry->served_ms) || isinf(entry->served_ms) || entry->served_ms < 0)
+		entry->served_ms = 0;
+	entry->max_slots = Max(saved->max_slots, 0);
+	entry->min_slots = Min(Max(saved->min_slots, 0), entry->max_slots);
+	entry->weight = saved->weight;
+	if (!(entry->weight > 0) || isinf(entry->weight))
+		entry->weight = 1.0;
+	entry->budget_ms_per_minute = saved->budget_ms_per_minute;
+	if (isnan(entry->budget_ms_per_minute) || isinf(entry->budget_ms_per_minute) ||
+		entry->budget_ms_per_minute < 0)
+		entry->budget_ms_per_minute = -1;
+	entry->throttle = saved->throttle;
+	if (!(entry->throttle >= 0 && entry->throttle <= 1))
+		entry->throttle = 1.0;
+	fs_tenant_changed(entry);
+	fs_tenant_unlock(entry);
 }
 
 /*
@@ -561,10 +624,10 @@ fs_evict_collect(void *hash_entry, void *arg)
 
 	if (scan->count >= scan->capacity)
 		return;
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	idle = fs_tenant_is_idle(entry, scan->now);
 	touched_at = entry->touched_at;
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 	if (idle)
 	{
 		scan->candidates[scan->count].key = entry->key;
@@ -661,9 +724,9 @@ fs_tenant_evict(TimestampTz now)
 		entry = hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_FIND, NULL);
 		if (entry != NULL)
 		{
-			SpinLockAcquire(&entry->mutex);
+			fs_tenant_lock(entry);
 			idle = fs_tenant_is_idle(entry, now);
-			SpinLockRelease(&entry->mutex);
+			fs_tenant_unlock(entry);
 		}
 		if (idle)
 		{
@@ -779,14 +842,14 @@ fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
 			return NULL;
 		}
 
-		SpinLockAcquire(&entry->mutex);
+		fs_tenant_lock(entry);
 		if (fs_limits_current(entry) || (flags & FS_OPEN_NO_LIMITS))
 			fs_limits_copy_out(entry, &ref->limits);
 		else if (resolved)
 			fs_limits_store(entry, &ref->limits, generation);	/* loaded just now */
 		else
 		{
-			SpinLockRelease(&entry->mutex);
+			fs_tenant_unlock(entry);
 			LWLockRelease(lock);
 			if (fs_limits_resolve_hook == NULL ||
 				!fs_limits_resolve_hook(queue, tenant, &ref->limits, &generation))
@@ -798,7 +861,7 @@ fs_tenant_open(FsQueue *queue, const char *tenant, int flags, FsTenantRef *ref)
 			resolved = true;
 			continue;
 		}
-		SpinLockRelease(&entry->mutex);
+		fs_tenant_unlock(entry);
 
 		ref->entry = entry;
 		ref->partition_lock = lock;
@@ -864,9 +927,9 @@ fs_tenant_visit_copy(void *hash_entry, void *arg)
 	FsTenantVisit *visit = (FsTenantVisit *) arg;
 	FsTenant	copy;
 
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	memcpy(&copy, entry, sizeof(FsTenant));
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 	visit->visitor(&copy, visit->arg);
 }
 
@@ -893,9 +956,9 @@ fs_tenant_visit_mutate(void *hash_entry, void *arg)
 	FsTenant   *entry = (FsTenant *) hash_entry;
 	FsTenantVisit *visit = (FsTenantVisit *) arg;
 
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	visit->mutator(entry, visit->arg);
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 }
 
 /*
@@ -923,6 +986,22 @@ fs_tenant_count(void)
 }
 
 #ifdef FS_DEBUG
+/* See fs_tenant_changed(). */
+const char *fs_tenant_broken = NULL;
+
+/*
+ * Raise the invariant a change of a tenant entry broke (noted under its
+ * spinlock by fs_tenant_changed(), raised once the spinlock is let go).
+ */
+void
+fs_tenant_report_broken(const char *file, int line)
+{
+	const char *what = fs_tenant_broken;
+
+	fs_tenant_broken = NULL;
+	fs_invariant_failed(what, file, line);
+}
+
 /*
  * The debug build's check of one tenant entry and its queue, after a
  * decision (never under a lock of the caller's): counts never below zero,
@@ -942,9 +1021,9 @@ fs_debug_check_tenant(FsQueue *queue, const char *tenant)
 	entry = fs_tenant_open(queue, tenant, FS_OPEN_NO_LIMITS, &ref);
 	if (entry == NULL)
 		return;
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	memcpy(&copy, entry, sizeof(copy));
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 	fs_tenant_close(&ref);
 
 	FS_INVARIANT(copy.slots_in_use >= 0);

@@ -242,6 +242,8 @@ extern FsTenant *fs_tenant_open_cached(FsQueue *queue, const char *tenant, bool 
 extern void fs_tenant_close(FsTenantRef *ref);
 extern FsTenant *fs_tenant_insert_unlocked(const FsTenantKey *key);
 extern void fs_tenant_touch(FsTenant *entry, TimestampTz now);
+extern void fs_tenant_restore(FsTenant *entry, const FsTenant *saved, TimestampTz oldest,
+							  TimestampTz now);
 extern void fs_tenant_may_be_idle(void);
 extern void fs_tenant_foreach(fs_tenant_visitor visitor, void *arg);
 extern void fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg);

@@ -303,7 +303,7 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 									  true, plan.resync_gen))
 				pt->unkeyed++;
 			if (desc->cost != NULL)
-				fq->avg_cost += FS_EMA_ALPHA * (cost - fq->avg_cost);
+				fs_fair_learn_cost(fq, cost);
 			claimed++;
 		}
 	}
@@ -338,8 +338,8 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 	if (claimed == 0 && fq->vtime == plan.vtime_after)
-		fq->vtime = plan.vtime_before;
-	fq->counters.rows_claimed += claimed;
+		fs_fair_set_vtime(fq, plan.vtime_before);
+	FS_FAIR_COUNT(fq, rows_claimed, claimed);
 	LWLockRelease(fq->lock);
 	return claimed;
 }
@@ -479,9 +479,9 @@ fs_fair_stale_tenants(FsFairQueue *fq, uint32 generation, char (*names)[FS_NAME_
 			FsTenant   *entry = fs_heap_at(fq, i)->tenant;
 			uint32		cached;
 
-			SpinLockAcquire(&entry->mutex);
+			fs_tenant_lock(entry);
 			cached = entry->limits_generation;
-			SpinLockRelease(&entry->mutex);
+			fs_tenant_unlock(entry);
 			/* The key never changes while the entry is listed (pinned). */
 			if (cached != generation)
 				strlcpy(names[n++], entry->key.tenant, FS_NAME_BUFLEN);
@@ -549,9 +549,9 @@ fs_fair_refresh_limits(FsFairDesc *desc)
 			FsHeapItem *item = fs_heap_at(fq, i);
 			int32		min_slots;
 
-			SpinLockAcquire(&item->tenant->mutex);
+			fs_tenant_lock(item->tenant);
 			min_slots = item->tenant->min_slots;
-			SpinLockRelease(&item->tenant->mutex);
+			fs_tenant_unlock(item->tenant);
 			if ((item->min_slots > 0) != (min_slots > 0))
 				fq->nfloor += min_slots > 0 ? 1 : -1;
 			item->min_slots = min_slots;
@@ -633,7 +633,7 @@ fs_claim(PG_FUNCTION_ARGS)
 				break;
 		}
 		LWLockAcquire(desc->fq->lock, LW_EXCLUSIVE);
-		desc->fq->counters.claims++;
+		FS_FAIR_COUNT(desc->fq, claims, 1);
 		LWLockRelease(desc->fq->lock);
 		FS_FAIR_DEBUG_CHECK(desc->fq);
 	}
@@ -647,7 +647,7 @@ fs_claim(PG_FUNCTION_ARGS)
 			if (desc->fq != NULL)
 			{
 				LWLockAcquire(desc->fq->lock, LW_EXCLUSIVE);
-				desc->fq->counters.fail_open++;
+				FS_FAIR_COUNT(desc->fq, fail_open, 1);
 				LWLockRelease(desc->fq->lock);
 			}
 			else

@@ -73,9 +73,38 @@ fs_claim_lock(uint32 hashvalue)
 }
 
 /*
- * Remove an entry from the claim map (and from its partition's list).
- * Caller holds the entry's partition lock EXCLUSIVE.
+ * ONE PLACE WHERE THE CLAIM MAP CHANGES: an entry is set by
+ * fs_claim_map_set() and removed by fs_claim_map_delete(), each with the
+ * entry's partition lock held EXCLUSIVE (or in the postmaster, restoring),
+ * and each ends in fs_claim_map_changed(), the one point that sees every
+ * change of the map.
  */
+
+/* The end of every change of the claim map.  The debug build checks it. */
+static inline void
+fs_claim_map_changed(const FsClaimEntry *entry)
+{
+	(void) entry;
+	FS_INVARIANT(entry == NULL || entry->lease_id != 0);
+}
+
+/*
+ * Set the entry `entry` (just looked up with HASH_ENTER_NULL: `found` says
+ * whether it was there) to map its row to `lease_id`.
+ */
+static void
+fs_claim_map_set(FsClaimEntry *entry, uint32 hashvalue, bool found, int64 lease_id,
+				 float8 est_cost, const char *tenant)
+{
+	if (!found)
+		fs_scan_list_add(&fs_claim_scan, hashvalue % FS_CLAIM_PARTITIONS, &entry->scan_link);
+	entry->lease_id = lease_id;
+	entry->est_cost = est_cost;
+	strlcpy(entry->tenant, tenant, FS_NAME_BUFLEN);
+	fs_claim_map_changed(entry);
+}
+
+/* Remove an entry from the claim map (and from its partition's list). */
 static void
 fs_claim_map_delete(FsClaimEntry *entry)
 {
@@ -83,6 +112,7 @@ fs_claim_map_delete(FsClaimEntry *entry)
 
 	fs_scan_list_remove(&entry->scan_link);
 	hash_search(fs_claim_hash, &key, HASH_REMOVE, NULL);
+	fs_claim_map_changed(NULL);
 }
 
 /*
@@ -149,13 +179,7 @@ fs_claim_map_insert(const FsClaimKey *key, int64 lease_id, float8 est_cost, cons
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	entry = hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_ENTER_NULL, &found);
 	if (entry != NULL)
-	{
-		if (!found)
-			fs_scan_list_add(&fs_claim_scan, hashvalue % FS_CLAIM_PARTITIONS, &entry->scan_link);
-		entry->lease_id = lease_id;
-		entry->est_cost = est_cost;
-		strlcpy(entry->tenant, tenant, FS_NAME_BUFLEN);
-	}
+		fs_claim_map_set(entry, hashvalue, found, lease_id, est_cost, tenant);
 	LWLockRelease(lock);
 	return entry != NULL;
 }
@@ -187,10 +211,7 @@ fs_claim_map_remove(const FsClaimKey *key, int64 lease_id)
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	entry = hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_FIND, NULL);
 	if (entry != NULL && entry->lease_id == lease_id)
-	{
-		fs_scan_list_remove(&entry->scan_link);
-		hash_search_with_hash_value(fs_claim_hash, key, hashvalue, HASH_REMOVE, NULL);
-	}
+		fs_claim_map_delete(entry);
 	LWLockRelease(lock);
 }
 
@@ -517,14 +538,10 @@ fs_claim_map_restore(const char *data, Size bytes, uint64 count, FsQueue **queue
 		rec.est_cost = fs_fair_clamp_cost(rec.est_cost, false);
 		rec.key.queue_id = queues[rec.key.queue_id]->queue_id;
 		rec.tenant[FS_NAME_MAXLEN] = '\0';
-		memset(&rec.scan_link, 0, sizeof(rec.scan_link));
 		hashvalue = get_hash_value(fs_claim_hash, &rec.key);
 		entry = hash_search_with_hash_value(fs_claim_hash, &rec.key, hashvalue, HASH_ENTER_NULL,
 											&found);
 		if (entry != NULL && !found)
-		{
-			*entry = rec;
-			fs_scan_list_add(&fs_claim_scan, hashvalue % FS_CLAIM_PARTITIONS, &entry->scan_link);
-		}
+			fs_claim_map_set(entry, hashvalue, false, rec.lease_id, rec.est_cost, rec.tenant);
 	}
 }

@@ -28,6 +28,8 @@
 #ifndef FAIRSHARE_FAIRQUEUE_INT_H
 #define FAIRSHARE_FAIRQUEUE_INT_H
 
+#include <math.h>
+
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -387,6 +389,100 @@ fs_fair_weight(float8 weight)
 {
 	return Max(weight, FS_MIN_WEIGHT);
 }
+
+/* ----------------------------------------------------------------
+ * Changes of a queue's fair-order state
+ *
+ * ONE PLACE WHERE A FAIR QUEUE CHANGES.  A queue's virtual time, largest
+ * finish tag, moving averages, rows outside the order and counters change
+ * only through the functions below, called with fq->lock held EXCLUSIVE
+ * (or in the postmaster, restoring state before any backend exists),
+ * and each ends in fs_fair_changed(): the one point that sees every change
+ * of them.  (The heap itself is order.c's, under the same lock; its
+ * tenants' tags and backlogs change through core/tenant.h.)
+ * ----------------------------------------------------------------
+ */
+
+/* The end of every change of `fq`'s state.  The debug build checks it. */
+static inline void
+fs_fair_changed(FsFairQueue *fq)
+{
+	FS_INVARIANT(!isnan(fq->vtime) && !isinf(fq->vtime) && fq->vtime >= 0);
+	FS_INVARIANT(!isnan(fq->max_finish) && !isinf(fq->max_finish));
+	FS_INVARIANT(fq->avg_cost > 0 && !isinf(fq->avg_cost));
+	FS_INVARIANT(fq->avg_runtime_ms > 0 && !isinf(fq->avg_runtime_ms));
+	FS_INVARIANT(fq->rows_without_tenant >= 0 && fq->untracked_rows >= 0);
+	(void) fq;
+}
+
+/* The queue's virtual time is `vtime` (a claim's start, or a restore). */
+static inline void
+fs_fair_set_vtime(FsFairQueue *fq, float8 vtime)
+{
+	fq->vtime = vtime;
+	fs_fair_changed(fq);
+}
+
+/* A finish tag was given out: the largest one moves up to it. */
+static inline void
+fs_fair_note_finish(FsFairQueue *fq, float8 finish)
+{
+	fq->max_finish = Max(fq->max_finish, finish);
+	fs_fair_changed(fq);
+}
+
+/* The moving averages of a row's cost and a lease's held time. */
+static inline void
+fs_fair_set_averages(FsFairQueue *fq, float8 avg_cost, float8 avg_runtime_ms)
+{
+	fq->avg_cost = avg_cost;
+	fq->avg_runtime_ms = avg_runtime_ms;
+	fs_fair_changed(fq);
+}
+
+/* One more sample of a claimed row's cost. */
+static inline void
+fs_fair_learn_cost(FsFairQueue *fq, float8 cost)
+{
+	fq->avg_cost += FS_EMA_ALPHA * (cost - fq->avg_cost);
+	fs_fair_changed(fq);
+}
+
+/* One more sample of a lease's held time, in ms. */
+static inline void
+fs_fair_learn_runtime(FsFairQueue *fq, float8 held_ms)
+{
+	fq->avg_runtime_ms += FS_EMA_ALPHA * (held_ms - fq->avg_runtime_ms);
+	fs_fair_changed(fq);
+}
+
+/*
+ * Ready rows outside the fair order: `without` whose tenant is no valid
+ * name, `untracked` of tenants shared memory had no room for.  Set by a
+ * recount (and zeroed when the order is forgotten); added to, never below
+ * zero, by commits.
+ */
+static inline void
+fs_fair_set_outside(FsFairQueue *fq, int64 without, int64 untracked)
+{
+	fq->rows_without_tenant = without;
+	fq->untracked_rows = untracked;
+	fs_fair_changed(fq);
+}
+
+static inline void
+fs_fair_add_outside(FsFairQueue *fq, int64 without, int64 untracked)
+{
+	fs_fair_set_outside(fq, Max(fq->rows_without_tenant + without, 0),
+						Max(fq->untracked_rows + untracked, 0));
+}
+
+/* Count `n` in one of the queue's counters (FsFairCounters). */
+#define FS_FAIR_COUNT(fq, counter, n) \
+	do { \
+		(fq)->counters.counter += (n); \
+		fs_fair_changed(fq); \
+	} while (0)
 
 /* Chunks a directory of `depth` levels can address: F^depth. */
 static inline int64

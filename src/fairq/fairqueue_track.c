@@ -400,7 +400,7 @@ fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_i
 		if (!row->mapped)
 		{
 			LWLockAcquire(desc->fq->lock, LW_EXCLUSIVE);
-			desc->fq->counters.unmapped++;
+			FS_FAIR_COUNT(desc->fq, unmapped, 1);
 			LWLockRelease(desc->fq->lock);
 		}
 	}
@@ -1183,9 +1183,9 @@ fs_apply_own_claims(TimestampTz now)
 		entry = fs_tenant_open(delta->queue, delta->key.tenant, FS_OPEN_NO_LIMITS, &ref);
 		if (entry != NULL)
 		{
-			SpinLockAcquire(&entry->mutex);
+			fs_tenant_lock(entry);
 			own_claims[i].tag = entry->virtual_finish;
-			SpinLockRelease(&entry->mutex);
+			fs_tenant_unlock(entry);
 			fs_tenant_close(&ref);
 		}
 	}
@@ -1263,7 +1263,7 @@ fs_commit(void)
 		if (!rel->released)
 			continue;
 		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-		fq->counters.rows_released++;
+		FS_FAIR_COUNT(fq, rows_released, 1);
 		LWLockRelease(fq->lock);
 		if (rel->charge_runtime)
 		{

@@ -341,9 +341,9 @@ fs_fair_debug_check(FsFairQueue *fq)
 			ordered = false;
 		if (item->tenant->heap_index != i)
 			positioned = false;
-		SpinLockAcquire(&item->tenant->mutex);
+		fs_tenant_lock(item->tenant);
 		flags = item->tenant->flags;
-		SpinLockRelease(&item->tenant->mutex);
+		fs_tenant_unlock(item->tenant);
 		if (!(flags & FS_TENANT_QUEUED))
 			pinned = false;
 	}
@@ -635,11 +635,11 @@ fs_fair_push_locked(FsFairQueue *fq, const FsHeapItem *item)
 {
 	if (heap_push(fq, item))
 		return;
-	SpinLockAcquire(&item->tenant->mutex);
-	item->tenant->flags &= ~FS_TENANT_QUEUED;
-	SpinLockRelease(&item->tenant->mutex);
+	fs_tenant_lock(item->tenant);
+	fs_tenant_set_queued(item->tenant, false);
+	fs_tenant_unlock(item->tenant);
 	item->tenant->heap_index = -1;
-	fq->counters.fail_open++;
+	FS_FAIR_COUNT(fq, fail_open, 1);
 }
 
 /*
@@ -652,16 +652,16 @@ fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always)
 	FsHeapItem	item;
 	bool		add;
 
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	/* A negative count (a recount's window) must be adjusted too: it stays. */
 	add = (always || entry->ready_rows != 0) && !(entry->flags & FS_TENANT_QUEUED);
 	if (add)
 	{
-		entry->flags |= FS_TENANT_QUEUED;
+		fs_tenant_set_queued(entry, true);
 		item.key = entry->virtual_finish;
 		item.min_slots = entry->min_slots;
 	}
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 	if (!add)
 		return;
 
@@ -683,12 +683,13 @@ fs_fair_shift_tag_locked(FsFairQueue *fq, FsTenant *entry, float8 delta)
 
 	if (delta == 0)
 		return;
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	f = entry->virtual_finish + delta;
 	/* A tag never goes below zero (a fresh tenant's tag). */
-	entry->virtual_finish = f = Max(f, 0.0);
-	SpinLockRelease(&entry->mutex);
-	fq->max_finish = Max(fq->max_finish, f);
+	f = Max(f, 0.0);
+	fs_tenant_set_tag(entry, f);
+	fs_tenant_unlock(entry);
+	fs_fair_note_finish(fq, f);
 
 	i = fs_heap_find(fq, entry);
 	if (i >= 0)
@@ -736,7 +737,7 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 	entry = fs_tenant_open_cached(queue, tenant, create, &ref);
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 	if (c->restore_vtime && fq->vtime == c->vtime_after)
-		fq->vtime = c->vtime_before;
+		fs_fair_set_vtime(fq, c->vtime_before);
 	if (entry == NULL)
 	{
 		LWLockRelease(fq->lock);
@@ -744,28 +745,27 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 	}
 	weight = fs_fair_weight(ref.limits.weight);
 
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	fs_tenant_touch(entry, c->now);
 	/*
 	 * No clamping at zero: during a recount a claim made before its snapshot
 	 * may take its row off here before the recount adds it back (the count
 	 * had it), so the sum is exact only if a negative value is kept.
 	 */
-	entry->ready_rows += fq->resync_gen == c->resync_gen ? c->rows : c->rows_recounted;
-	if (c->rows > 0)
-		entry->flags &= ~FS_TENANT_DRY;
+	fs_tenant_backlog_add(entry, fq->resync_gen == c->resync_gen ? c->rows : c->rows_recounted,
+						  c->rows > 0);
 	if (c->dry)
-		entry->flags |= FS_TENANT_DRY;
-	entry->served_ms = Max(entry->served_ms + c->served + c->claimed_cost, 0.0);
+		fs_tenant_mark_dry(entry);
+	fs_tenant_served_add(entry, c->served + c->claimed_cost);
 	if (c->claimed_cost > 0)
 	{
 		/* As a claim would: start at max(V, F), and V moves there. */
 		float8		start = Max(fq->vtime, entry->virtual_finish);
 
 		tag += start - entry->virtual_finish;
-		fq->vtime = start;
+		fs_fair_set_vtime(fq, start);
 	}
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 
 	fs_fair_shift_tag_locked(fq, entry, tag + (c->cost + c->claimed_cost) / weight);
 	fs_fair_enqueue_locked(fq, entry, false);
@@ -775,7 +775,7 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 
 		if (i >= 0)
 			fs_heap_at(fq, i)->dry_until = c->now + FS_DRY_RETRY_USECS;
-		fq->counters.short_probes++;
+		FS_FAIR_COUNT(fq, short_probes, 1);
 	}
 	fs_heap_shrink(fq, 0);
 	LWLockRelease(fq->lock);
@@ -809,12 +809,10 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 				fs_fair_add_without_tenant(queue, 0, rows);
 			return;
 		}
-		SpinLockAcquire(&entry->mutex);
-		entry->ready_rows += rows;	/* not clamped: see fs_fair_change() */
-		if (rows > 0)
-			entry->flags &= ~FS_TENANT_DRY;
+		fs_tenant_lock(entry);
+		fs_tenant_backlog_add(entry, rows, rows > 0);
 		enqueue = entry->ready_rows != 0 && !(entry->flags & FS_TENANT_QUEUED);
-		SpinLockRelease(&entry->mutex);
+		fs_tenant_unlock(entry);
 		if (enqueue)
 		{
 			FsFairQueue *fq = fs_fair_queue(queue);
@@ -841,7 +839,7 @@ fs_fair_note_runtime(FsQueue *queue, float8 held_ms)
 	FsFairQueue *fq = fs_fair_queue(queue);
 
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-	fq->avg_runtime_ms += FS_EMA_ALPHA * (held_ms - fq->avg_runtime_ms);
+	fs_fair_learn_runtime(fq, held_ms);
 	LWLockRelease(fq->lock);
 }
 
@@ -851,8 +849,7 @@ fs_fair_add_without_tenant(FsQueue *queue, int64 rows, int64 untracked)
 	FsFairQueue *fq = fs_fair_queue(queue);
 
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-	fq->rows_without_tenant = Max(fq->rows_without_tenant + rows, 0);
-	fq->untracked_rows = Max(fq->untracked_rows + untracked, 0);
+	fs_fair_add_outside(fq, rows, untracked);
 	LWLockRelease(fq->lock);
 }
 
@@ -878,14 +875,12 @@ fs_fair_forget(FsQueue *queue)
 		fq->nitems--;
 		entry->heap_index = -1;
 		fs_heap_shrink(fq, 0);
-		SpinLockAcquire(&entry->mutex);
-		entry->ready_rows = 0;
-		entry->flags &= ~(FS_TENANT_QUEUED | FS_TENANT_DRY);
-		SpinLockRelease(&entry->mutex);
+		fs_tenant_lock(entry);
+		fs_tenant_backlog_forget(entry);
+		fs_tenant_unlock(entry);
 	}
 	fq->nfloor = 0;
-	fq->rows_without_tenant = 0;
-	fq->untracked_rows = 0;
+	fs_fair_set_outside(fq, 0, 0);
 	fq->synced = false;
 	fq->forget_gen++;
 	LWLockRelease(fq->lock);

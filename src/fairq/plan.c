@@ -121,13 +121,13 @@ fs_plan_tenant(FsPlan *plan, FsTenant *entry, bool create)
 void
 fs_tenant_view(FsTenant *entry, FsTenantView *v, TimestampTz now)
 {
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	v->ready = entry->ready_rows;
 	v->slots = entry->slots_in_use;
 	v->dry = (entry->flags & FS_TENANT_DRY) != 0;
 	v->balance = fs_budget_balance_now(entry, now);
 	fs_limits_copy_out(entry, &v->limits);
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 }
 
 /*
@@ -177,14 +177,12 @@ fs_plan_pick(FsFairQueue *fq, FsPlan *plan, FsHeapItem *item, const FsTenantView
 	plan->pick_start[plan->npicks] = start;
 	plan->npicks++;
 
-	fq->vtime = start;
-	fq->max_finish = Max(fq->max_finish, finish);
-	SpinLockAcquire(&entry->mutex);
+	fs_fair_set_vtime(fq, start);
+	fs_fair_note_finish(fq, finish);
+	fs_tenant_lock(entry);
 	fs_tenant_touch(entry, now);
-	entry->virtual_finish = finish;
-	entry->ready_rows--;
-	entry->served_ms += est_cost;
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_claimed(entry, finish, est_cost);
+	fs_tenant_unlock(entry);
 	item->key = finish;
 	plan->want--;
 }
@@ -299,10 +297,10 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		int32		min_slots;
 		bool		drained;
 
-		SpinLockAcquire(&entry->mutex);
+		fs_tenant_lock(entry);
 		drained = entry->ready_rows == 0 && !fq->resyncing;
 		min_slots = entry->min_slots;
-		SpinLockRelease(&entry->mutex);
+		fs_tenant_unlock(entry);
 		if (drained)
 		{
 			FsHeapItem	item = *top;
@@ -316,11 +314,11 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 			 */
 			fs_heap_remove(fq, 0);
 			fs_heap_shrink(fq, plan->naside);
-			SpinLockAcquire(&entry->mutex);
+			fs_tenant_lock(entry);
 			drained = entry->ready_rows == 0;
 			if (drained)
-				entry->flags &= ~(FS_TENANT_QUEUED | FS_TENANT_DRY);
-			SpinLockRelease(&entry->mutex);
+				fs_tenant_backlog_forget(entry);
+			fs_tenant_unlock(entry);
 			if (!drained)
 			{
 				fs_fair_push_locked(fq, &item);
@@ -334,7 +332,7 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 			 * tenants may be evicted when room is needed).
 			 */
 			if (fq->nitems == 0)
-				fq->vtime = Max(fq->vtime, fq->max_finish);
+				fs_fair_set_vtime(fq, Max(fq->vtime, fq->max_finish));
 			continue;
 		}
 

@@ -369,9 +369,9 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 
 			at[*nat].tenant = entry;
 			at[*nat].generation = entry->generation;
-			SpinLockAcquire(&entry->mutex);
+			fs_tenant_lock(entry);
 			at[*nat].rows = entry->ready_rows;
-			SpinLockRelease(&entry->mutex);
+			fs_tenant_unlock(entry);
 			(*nat)++;
 		}
 		fq->resync_gen++;
@@ -589,11 +589,10 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 
 			if (pos < 0 || a->entry->generation != a->generation)
 				continue;
-			SpinLockAcquire(&a->entry->mutex);
+			fs_tenant_lock(a->entry);
 			/* Not clamped: claims reserved since the snapshot may exceed it. */
-			a->entry->ready_rows += a->counted - a->live_at;
-			a->entry->flags &= ~FS_TENANT_DRY;
-			SpinLockRelease(&a->entry->mutex);
+			fs_tenant_backlog_add(a->entry, a->counted - a->live_at, true);
+			fs_tenant_unlock(a->entry);
 			fs_heap_at(fq, pos)->dry_until = 0;
 			if (a->counted > 0)
 			{
@@ -606,10 +605,9 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 	fq->resyncing = false;
 	fq->resync_pid = 0;
 	fq->synced = true;
-	fq->rows_without_tenant = without;
-	fq->untracked_rows = untracked;
+	fs_fair_set_outside(fq, without, untracked);
 	fq->last_resync_at = GetCurrentTimestamp();
-	fq->counters.resyncs++;
+	FS_FAIR_COUNT(fq, resyncs, 1);
 	LWLockRelease(fq->lock);
 
 	hash_destroy(counts);

@@ -142,9 +142,9 @@ fs_fairqueue_restore_section(uint32 tag, const char *data, Size bytes, uint64 co
 				isnan(vtime) || isinf(vtime))
 				continue;
 			fq = &fs_fair->queues[queues[queue_index]->queue_id];
-			fq->vtime = vtime;
-			fq->avg_cost = fs_fair_clamp_cost(avg_cost, false);
-			fq->avg_runtime_ms = fs_fair_clamp_cost(avg_runtime_ms, false);
+			fs_fair_set_vtime(fq, Max(vtime, 0.0));
+			fs_fair_set_averages(fq, fs_fair_clamp_cost(avg_cost, false),
+								 fs_fair_clamp_cost(avg_runtime_ms, false));
 		}
 	}
 	else if (tag == FS_SECTION_FAIRQ_CLAIMS)

@@ -26,6 +26,12 @@
  * the queue's cached figures under its spinlock, and recomputes them (the
  * heartbeat lock shared) only when a counted heartbeat may have gone stale.
  *
+ * The gate's shared state changes in three functions only (shmem.c, rule
+ * 9): fs_worker_heartbeat() enters, updates and removes a worker's
+ * heartbeat (heartbeat lock EXCLUSIVE); fs_gate_recount() drops stale ones
+ * and sets the queue's live figures (under its spinlock);
+ * fs_report_latency() sets the queue's reported latency.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

@@ -68,6 +68,7 @@
 #include "utils/memutils.h"
 
 #include "core/decisions.h"
+#include "core/tenant.h"
 #include "gate/gate.h"
 #include "slots/slots.h"
 
@@ -331,20 +332,6 @@ fs_lease_lock(uint32 hashvalue)
 	return &fs_lease_locks[hashvalue % FS_LEASE_PARTITIONS].lock;
 }
 
-/*
- * Remove a lease from the table (and from its partition's list).  Caller
- * holds the lease's partition lock EXCLUSIVE and has taken it off its
- * expiry heap, if it was on one.
- */
-static void
-fs_lease_remove(FsLease *lease, uint32 hashvalue)
-{
-	int64		lease_id = lease->lease_id;
-
-	fs_scan_list_remove(&lease->scan_link);
-	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
-}
-
 /* The expiry heaps are min-heaps: the earlier expiry comes first. */
 static int
 fs_lease_expiry_cmp(const pairingheap_node *a, const pairingheap_node *b,
@@ -419,6 +406,112 @@ fs_lease_heap_remove(uint32 hashvalue, FsLease *lease)
 	fs_lease_heap_store(part, h, heap.ph_root);
 }
 
+/* ----------------------------------------------------------------
+ * Changes of the lease table
+ *
+ * ONE PLACE WHERE A LEASE CHANGES.  A lease is entered, changes state, is
+ * extended and is removed only by the four functions below, each called
+ * with the lease's partition lock held EXCLUSIVE (shmem.c, rule 4), and each
+ * ends in fs_lease_changed(): the one point that sees every change of a
+ * lease.  They keep the partition's expiry heap (LIVE and ORPHAN leases are
+ * on it, RELEASING ones are not) and list in step with the lease.  What a
+ * lease holds in its tenant (a slot, an orphan pin) is given and taken by
+ * the callers, through core/tenant.h.
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * The end of every change of `lease` (`removed`: it has just left the
+ * table, and `lease` must not be read).  The debug build checks the lease.
+ */
+static inline void
+fs_lease_changed(const FsLease *lease, bool removed)
+{
+	if (removed)
+		return;
+	(void) lease;
+	FS_INVARIANT(lease->tenant != NULL);
+	FS_INVARIANT(lease->state == FS_LEASE_LIVE || lease->state == FS_LEASE_RELEASING ||
+				 lease->state == FS_LEASE_ORPHAN);
+	FS_INVARIANT(lease->state != FS_LEASE_RELEASING || lease->holder_pid != 0);
+}
+
+/* Does a lease in `state` belong on its partition's expiry heap? */
+static inline bool
+fs_lease_state_expires(FsLeaseState state)
+{
+	return state != FS_LEASE_RELEASING;
+}
+
+/*
+ * Fill a lease just entered in the table (HASH_ENTER under its partition
+ * lock): it belongs to `tenant` as of `generation`, in `state`.
+ */
+static void
+fs_lease_fill(FsLease *lease, uint32 hashvalue, FsTenant *tenant, uint32 generation,
+			  FsLeaseState state, Oid owner, int32 holder_pid,
+			  TimestampTz acquired_at, TimestampTz expires_at)
+{
+	lease->tenant = tenant;
+	lease->tenant_generation = generation;
+	lease->acquired_at = acquired_at;
+	lease->expires_at = expires_at;
+	lease->holder_pid = holder_pid;
+	lease->owner = owner;
+	lease->state = (uint8) state;
+	if (fs_lease_state_expires(state))
+		fs_lease_heap_add(hashvalue, lease);
+	fs_scan_list_add(&fs_lease_scan, hashvalue % FS_LEASE_PARTITIONS, &lease->scan_link);
+	fs_lease_changed(lease, false);
+}
+
+/*
+ * Put a lease in `state`: RELEASING takes it off its expiry heap (no sweep
+ * may expire it) and names this backend as its holder; LIVE puts it back.
+ */
+static void
+fs_lease_set_state(FsLease *lease, uint32 hashvalue, FsLeaseState state)
+{
+	bool		was_on_heap = fs_lease_state_expires((FsLeaseState) lease->state);
+
+	if (was_on_heap && !fs_lease_state_expires(state))
+		fs_lease_heap_remove(hashvalue, lease);
+	else if (!was_on_heap && fs_lease_state_expires(state))
+		fs_lease_heap_add(hashvalue, lease);
+	lease->state = (uint8) state;
+	if (state == FS_LEASE_RELEASING)
+		lease->holder_pid = MyProcPid;
+	fs_lease_changed(lease, false);
+}
+
+/*
+ * Extend a LIVE or ORPHAN lease to `expires_at` (its place in the expiry
+ * heap moves with it).  A lease without an owner becomes `owner`'s.
+ */
+static void
+fs_lease_extend(FsLease *lease, uint32 hashvalue, TimestampTz expires_at, Oid owner)
+{
+	fs_lease_heap_remove(hashvalue, lease);
+	lease->expires_at = expires_at;
+	fs_lease_heap_add(hashvalue, lease);
+	if (!OidIsValid(lease->owner))
+		lease->owner = owner;
+	fs_lease_changed(lease, false);
+}
+
+/* Remove a lease from the table, its expiry heap and its partition's list. */
+static void
+fs_lease_remove(FsLease *lease, uint32 hashvalue)
+{
+	int64		lease_id = lease->lease_id;
+
+	if (fs_lease_state_expires((FsLeaseState) lease->state))
+		fs_lease_heap_remove(hashvalue, lease);
+	fs_scan_list_remove(&lease->scan_link);
+	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
+	fs_lease_changed(NULL, true);
+}
+
 /*
  * Is the entry a lease points to still the tenant that took it?  Always,
  * unless a count that pinned it was dropped twice and the entry was evicted
@@ -469,32 +562,20 @@ fs_lease_pin_release(FsTenant *tenant, uint32 generation, bool orphan, bool expi
 	FsQueue    *queue = NULL;
 	bool		ok = true;
 
-	SpinLockAcquire(&tenant->mutex);
+	fs_tenant_lock(tenant);
 	if (tenant->generation != generation)
 		ok = false;
 	else if (orphan)
-	{
-		if (tenant->orphan_leases > 0)
-			tenant->orphan_leases--;
-		else
-			ok = false;
-	}
+		ok = fs_tenant_orphan_give_back(tenant);
 	else
 	{
 		/* The queue before the count drops: after that the entry may go. */
-		if (tenant->slots_in_use > 0)
-		{
-			queue = fs_queue_of(tenant);
-			tenant->slots_in_use--;
-		}
-		else
-			ok = false;
-		if (tenant->slots_in_use == 0)
-			tenant->earliest_expiry = DT_NOEND;
-		if (expired)
-			tenant->leases_expired++;
+		queue = fs_queue_of(tenant);
+		ok = fs_tenant_slot_give_back(tenant, expired);
+		if (!ok)
+			queue = NULL;
 	}
-	SpinLockRelease(&tenant->mutex);
+	fs_tenant_unlock(tenant);
 	if (queue != NULL)
 	{
 		fs_queue_slots_sub(queue, 1);
@@ -503,13 +584,13 @@ fs_lease_pin_release(FsTenant *tenant, uint32 generation, bool orphan, bool expi
 	return ok;
 }
 
+/* Note in a lease's tenant (pinned by it) that the lease expires at `expires_at`. */
 static inline void
-fs_tenant_note_expiry(FsTenant *tenant, TimestampTz expires_at)
+fs_lease_note_expiry(FsTenant *tenant, TimestampTz expires_at)
 {
-	SpinLockAcquire(&tenant->mutex);
-	if (expires_at < tenant->earliest_expiry)
-		tenant->earliest_expiry = expires_at;
-	SpinLockRelease(&tenant->mutex);
+	fs_tenant_lock(tenant);
+	fs_tenant_note_expiry(tenant, expires_at);
+	fs_tenant_unlock(tenant);
 }
 
 /* ----------------------------------------------------------------
@@ -546,16 +627,9 @@ fs_lease_insert(FsTenant *entry, uint32 generation, TimestampTz now, TimestampTz
 											HASH_ENTER_NULL, &found);
 		if (lease != NULL && !found)
 		{
-			lease->tenant = entry;
-			lease->acquired_at = now;
-			lease->expires_at = expires_at;
-			lease->holder_pid = MyProcPid;
-			lease->owner = owner;
-			lease->state = FS_LEASE_LIVE;
-			lease->tenant_generation = generation;
 			/* The decision noted its expiry in the tenant already. */
-			fs_lease_heap_add(hashvalue, lease);
-			fs_scan_list_add(&fs_lease_scan, hashvalue % FS_LEASE_PARTITIONS, &lease->scan_link);
+			fs_lease_fill(lease, hashvalue, entry, generation, FS_LEASE_LIVE, owner,
+						  MyProcPid, now, expires_at);
 		}
 		LWLockRelease(lock);
 
@@ -600,7 +674,7 @@ fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
 	int			pending;
 	int32		ceiling;
 	FsReason	deny_reason;
-	int64		lease_id;
+	int64		lease_id = 0;
 	FsLease    *lease;
 	uint32		generation;
 	bool		count_ok;
@@ -630,25 +704,23 @@ retry:
 	pending = fs_local_find_pending(entry, generation);
 	need_sweep = false;
 
-	SpinLockAcquire(&entry->mutex);
+	fs_tenant_lock(entry);
 	fs_tenant_touch(entry, now);
 	granted = pending >= 0 || entry->slots_in_use < ceiling;
 	if (granted)
 	{
-		entry->slots_in_use++;
-		if (expires_at < entry->earliest_expiry)
-			entry->earliest_expiry = expires_at;
-		entry->decisions[FS_REASON_GRANTED]++;
+		fs_tenant_slot_take(entry, expires_at);
+		fs_tenant_count_decision(entry, FS_REASON_GRANTED);
 	}
 	else
 	{
 		need_sweep = entry->earliest_expiry <= now && !swept;
 		if (!need_sweep)
-			entry->decisions[deny_reason]++;
+			fs_tenant_count_decision(entry, deny_reason);
 	}
 	d.runs_possible = Max(ceiling - entry->slots_in_use + (granted ? 1 : 0), 0);
 	decision->slots_in_use = entry->slots_in_use;
-	SpinLockRelease(&entry->mutex);
+	fs_tenant_unlock(entry);
 	fs_tenant_close(&ref);
 
 	decision->ceiling = ceiling;
@@ -676,21 +748,14 @@ retry:
 	if (lease == NULL)
 	{
 		/* No room to track it: give the slot back and fail open. */
-		SpinLockAcquire(&entry->mutex);
+		fs_tenant_lock(entry);
 		/* fs_reset() may have zeroed the count since. */
-		if (entry->decisions[FS_REASON_GRANTED] > 0)
-			entry->decisions[FS_REASON_GRANTED]--;
-		SpinLockRelease(&entry->mutex);
+		fs_tenant_uncount_decision(entry, FS_REASON_GRANTED);
+		fs_tenant_unlock(entry);
 		count_ok = fs_lease_pin_release(entry, generation, false, false);
 		fs_lease_count_was_wrong(!count_ok, false);
 		FS_COUNT_GLOBAL(lease_table_full);
-		decision->lease_id = lease_id;
-		decision->reason = FS_REASON_FAIL_OPEN;
-		FS_COUNT_GLOBAL(fail_open);
-		d.reason = FS_REASON_FAIL_OPEN;
-		d.granted = 1;
-		fs_decision_log(&d);
-		return;
+		goto fail_open;			/* under the untracked id drawn */
 	}
 
 	fs_local_push(lease_id, entry, generation, FS_LOCAL_ACQUIRED, pending >= 0 ? pending + 1 : 0);
@@ -707,12 +772,12 @@ retry:
 	return;
 
 fail_open:
-	decision->lease_id = (int64) pg_atomic_fetch_add_u64(&fs_shared->next_lease_id, 1);
+	/* Granted without state, under an id that names no lease. */
+	if (lease_id == 0)
+		lease_id = (int64) pg_atomic_fetch_add_u64(&fs_shared->next_lease_id, 1);
+	decision->lease_id = lease_id;
 	decision->reason = FS_REASON_FAIL_OPEN;
-	FS_COUNT_GLOBAL(fail_open);
-	d.reason = FS_REASON_FAIL_OPEN;
-	d.granted = 1;
-	fs_decision_log(&d);
+	fs_decision_fail_open(&d, queue, 1);
 }
 
 /*
@@ -728,7 +793,6 @@ fs_lease_expire_locked(FsLease *lease, uint32 hashvalue, LWLock *lock, bool at_x
 	bool		orphan = lease->state == FS_LEASE_ORPHAN;
 	bool		count_ok;
 
-	fs_lease_heap_remove(hashvalue, lease);
 	fs_lease_remove(lease, hashvalue);
 	LWLockRelease(lock);
 	count_ok = fs_lease_pin_release(tenant, generation, orphan, !orphan);
@@ -858,7 +922,6 @@ fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
 	if (lease->state == FS_LEASE_ORPHAN)
 	{
 		/* Its holder finished after a crash: forget it. */
-		fs_lease_heap_remove(hashvalue, lease);
 		fs_lease_remove(lease, hashvalue);
 		LWLockRelease(lock);
 		count_ok = fs_lease_pin_release(tenant, generation, true, false);
@@ -872,7 +935,6 @@ fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
 		/* Acquired in this very (sub)transaction: free it now. */
 		int			took_over = local_leases[acquired].took_over;
 
-		fs_lease_heap_remove(hashvalue, lease);
 		fs_lease_remove(lease, hashvalue);
 		LWLockRelease(lock);
 		local_leases[acquired].kind = FS_LOCAL_DEAD;
@@ -889,9 +951,7 @@ fs_slot_release_as(int64 lease_id, TimestampTz now, int64 *held_usecs,
 	}
 
 	/* Released at commit; until then no sweep may expire it. */
-	fs_lease_heap_remove(hashvalue, lease);
-	lease->state = FS_LEASE_RELEASING;
-	lease->holder_pid = MyProcPid;
+	fs_lease_set_state(lease, hashvalue, FS_LEASE_RELEASING);
 	LWLockRelease(lock);
 	fs_local_push(lease_id, tenant, generation, FS_LOCAL_RELEASING, 0);
 	local_pending_slots++;
@@ -936,30 +996,20 @@ fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed
 		return found;
 
 	tenant = lease->tenant;
-	fs_lease_heap_remove(hashvalue, lease);
-	lease->expires_at = expires_at;
-	fs_lease_heap_add(hashvalue, lease);
-	if (!OidIsValid(lease->owner))
-		lease->owner = GetUserId();
+	fs_lease_extend(lease, hashvalue, expires_at, GetUserId());
 	if (lease->state == FS_LEASE_ORPHAN)
 	{
-		lease->state = FS_LEASE_LIVE;
-		SpinLockAcquire(&tenant->mutex);
-		if (tenant->orphan_leases > 0)
-			tenant->orphan_leases--;
-		else
-			count_ok = false;
-		tenant->slots_in_use++;
-		if (expires_at < tenant->earliest_expiry)
-			tenant->earliest_expiry = expires_at;
-		SpinLockRelease(&tenant->mutex);
+		fs_lease_set_state(lease, hashvalue, FS_LEASE_LIVE);
+		fs_tenant_lock(tenant);
+		count_ok = fs_tenant_orphan_adopt(tenant, expires_at);
+		fs_tenant_unlock(tenant);
 		pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
 		LWLockRelease(lock);
 		FS_COUNT_GLOBAL(leases_reregistered);
 		fs_lease_count_was_wrong(!count_ok, false);
 		return FS_LEASE_OP_TRUE;
 	}
-	fs_tenant_note_expiry(tenant, expires_at);
+	fs_lease_note_expiry(tenant, expires_at);
 	LWLockRelease(lock);
 	return FS_LEASE_OP_TRUE;
 }
@@ -1014,27 +1064,18 @@ fs_lease_sweep(TimestampTz now, int max_leases)
 			LWLockAcquire(lock, LW_EXCLUSIVE);
 			for (h = 0; h < FS_LEASE_HEAPS && n < want; h++)
 			{
-				pairingheap heap = {fs_lease_expiry_cmp, NULL, part->roots[h]};
-
-				if (part->tops[h] > now)
-					continue;
-				while (n < want && heap.ph_root != NULL)
+				/* Each heap's top is its earliest lease: pop while expired. */
+				while (n < want && part->tops[h] <= now)
 				{
 					FsLease    *lease = pairingheap_container(FsLease, expiry_node,
-															  heap.ph_root);
-					int64		lease_id = lease->lease_id;
+															  part->roots[h]);
 
-					if (lease->expires_at > now)
-						break;
-					(void) pairingheap_remove_first(&heap);
 					batch[n].tenant = lease->tenant;
 					batch[n].generation = lease->tenant_generation;
 					batch[n].orphan = lease->state == FS_LEASE_ORPHAN;
 					n++;
-					fs_scan_list_remove(&lease->scan_link);
-					hash_search(fs_lease_hash, &lease_id, HASH_REMOVE, NULL);
+					fs_lease_remove(lease, get_hash_value(fs_lease_hash, &lease->lease_id));
 				}
-				fs_lease_heap_store(part, h, heap.ph_root);
 			}
 			LWLockRelease(lock);
 
@@ -1145,27 +1186,16 @@ fs_lease_restore(int64 lease_id, FsTenant *tenant, Oid owner, TimestampTz acquir
 										HASH_ENTER_NULL, &found);
 	if (lease == NULL || found)
 		return false;
-	lease->tenant = tenant;
-	lease->tenant_generation = tenant->generation;
-	lease->acquired_at = acquired_at;
-	lease->expires_at = expires_at;
-	lease->holder_pid = 0;
-	lease->owner = owner;
+	fs_lease_fill(lease, hashvalue, tenant, tenant->generation,
+				  orphan ? FS_LEASE_ORPHAN : FS_LEASE_LIVE, owner, 0, acquired_at, expires_at);
+	fs_tenant_lock(tenant);
 	if (orphan)
-	{
-		lease->state = FS_LEASE_ORPHAN;
-		tenant->orphan_leases++;
-	}
+		(void) fs_tenant_orphan_add(tenant);	/* room: checked above */
 	else
-	{
-		lease->state = FS_LEASE_LIVE;
-		tenant->slots_in_use++;
+		fs_tenant_slot_take(tenant, expires_at);
+	fs_tenant_unlock(tenant);
+	if (!orphan)
 		pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
-		if (expires_at < tenant->earliest_expiry)
-			tenant->earliest_expiry = expires_at;
-	}
-	fs_lease_heap_add(hashvalue, lease);
-	fs_scan_list_add(&fs_lease_scan, hashvalue % FS_LEASE_PARTITIONS, &lease->scan_link);
 	return true;
 }
 
@@ -1188,10 +1218,9 @@ fs_lease_unrelease(int64 lease_id)
 	if (lease != NULL && lease->state == FS_LEASE_RELEASING &&
 		lease->holder_pid == MyProcPid)
 	{
-		lease->state = FS_LEASE_LIVE;
-		fs_lease_heap_add(hashvalue, lease);
+		fs_lease_set_state(lease, hashvalue, FS_LEASE_LIVE);
 		if (fs_lease_tenant_ok(lease))
-			fs_tenant_note_expiry(lease->tenant, lease->expires_at);
+			fs_lease_note_expiry(lease->tenant, lease->expires_at);
 		else
 		{
 			/* Its tenant's entry is gone, and so is its slot. */
@@ -1224,8 +1253,6 @@ fs_lease_drop(int64 lease_id)
 	}
 	tenant = lease->tenant;
 	generation = lease->tenant_generation;
-	if (lease->state != FS_LEASE_RELEASING)
-		fs_lease_heap_remove(hashvalue, lease);
 	fs_lease_remove(lease, hashvalue);
 	LWLockRelease(lock);
 	count_ok = fs_lease_pin_release(tenant, generation, false, false);

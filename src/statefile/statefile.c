@@ -473,36 +473,6 @@ fs_restored_queue(FsQueue **queues, FsQueueKey *keys, uint64 nqueues, uint64 i)
 	return queues[i];
 }
 
-/* Restored values are checked as well as the file: keep them in range. */
-static void
-fs_sanitize_tenant(FsTenant *entry, TimestampTz now)
-{
-	if (isnan(entry->token_balance) || isinf(entry->token_balance))
-	{
-		/* Unknown balance: refill when the limits load, like a new tenant. */
-		entry->token_balance = 0;
-		entry->flags |= FS_TENANT_NEW;
-	}
-	if (entry->touched_at > now || entry->touched_at < now - FS_RESTORE_MAX_AGE)
-		entry->touched_at = now;
-	if (isnan(entry->virtual_finish) || isinf(entry->virtual_finish))
-		entry->virtual_finish = 0;
-	if (isnan(entry->served_ms) || isinf(entry->served_ms) || entry->served_ms < 0)
-		entry->served_ms = 0;
-	if (entry->ready_rows < 0)
-		entry->ready_rows = 0;
-	if (entry->max_slots < 0)
-		entry->max_slots = 0;
-	entry->min_slots = Min(Max(entry->min_slots, 0), entry->max_slots);
-	if (!(entry->weight > 0) || isinf(entry->weight))
-		entry->weight = 1.0;
-	if (isnan(entry->budget_ms_per_minute) || isinf(entry->budget_ms_per_minute) ||
-		entry->budget_ms_per_minute < 0)
-		entry->budget_ms_per_minute = -1;
-	if (!(entry->throttle >= 0 && entry->throttle <= 1))
-		entry->throttle = 1.0;
-}
-
 /*
  * Restore a tenant item: its counters, balance and last limits come back
  * (slots come from leases; backlogs are recounted from the tables on first
@@ -527,20 +497,7 @@ fs_restore_tenant(FsStateItem *item, FsQueue **queues, FsQueueKey *queue_keys,
 	entry = fs_tenant_insert_unlocked(&key);
 	if (entry == NULL)
 		return false;
-	entry->token_balance = record.token_balance;
-	entry->touched_at = Min(record.touched_at, now);
-	entry->virtual_finish = record.virtual_finish;
-	memcpy(entry->decisions, record.decisions, sizeof(entry->decisions));
-	entry->leases_expired = record.leases_expired;
-	entry->failed_to_deliver = record.failed_to_deliver;
-	entry->served_ms = record.served_ms;
-	/* Until its limits load, keep what it last had. */
-	entry->max_slots = record.max_slots;
-	entry->min_slots = record.min_slots;
-	entry->weight = record.weight;
-	entry->budget_ms_per_minute = record.budget_ms_per_minute;
-	entry->throttle = record.throttle;
-	fs_sanitize_tenant(entry, now);
+	fs_tenant_restore(entry, &record, now - FS_RESTORE_MAX_AGE, now);
 	return true;
 }
 

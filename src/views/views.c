@@ -285,10 +285,7 @@ fs_server_state(PG_FUNCTION_ARGS)
 static void
 fs_reset_tenant(FsTenant *entry, void *arg pg_attribute_unused())
 {
-	memset(entry->decisions, 0, sizeof(entry->decisions));
-	entry->leases_expired = 0;
-	entry->failed_to_deliver = 0;
-	entry->served_ms = 0;
+	fs_tenant_reset_counters(entry);
 }
 
 /*
