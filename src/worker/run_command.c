@@ -216,7 +216,7 @@ fs_database_refusal(bool superuser)
  * checked again.
  */
 char *
-fs_owner_refusal(const FsClaimedRun *run)
+fs_owner_refusal(const FsTakenRun *run)
 {
 	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(run->owner_oid));
 	Form_pg_authid role;
@@ -303,7 +303,7 @@ fs_command_spi_error(int ret)
  * security-restricted operation").
  */
 char *
-fs_run_command(const FsClaimedRun *run)
+fs_run_command(const FsTakenRun *run)
 {
 	MemoryContext context = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;

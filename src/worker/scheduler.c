@@ -104,7 +104,7 @@ fs_count_run(bool failed)
 }
 
 static void
-fs_log_failed_run(const FsClaimedRun *run, const char *error)
+fs_log_failed_run(const FsTakenRun *run, const char *error)
 {
 	ereport(LOG,
 			(errmsg("fairshare schedule \"%s\" of role \"%s\" failed its run for %s: %s",
@@ -122,13 +122,13 @@ static bool
 fs_settle_failed_run(int64 schedule_id, TimestampTz scheduled_for, TimestampTz as_of,
 					 const char *error)
 {
-	FsClaimedRun *claimed = NULL;
+	FsTakenRun *claimed = NULL;
 	bool		settled = false;
 
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	fs_reset_session();
-	if (fs_claim_runs(true, schedule_id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, NULL) == 1 &&
+	if (fs_take_runs(true, schedule_id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, NULL) == 1 &&
 		claimed->scheduled_for == scheduled_for)
 	{
 		fs_finish_run(claimed, error);
@@ -227,17 +227,17 @@ fs_scheduler_run_schedule(int64 id, TimestampTz as_of, bool *more)
 	char	   *volatile error = NULL;
 	volatile FsRunOutcome outcome = FS_RUN_NONE;
 	volatile bool more_due = false;
-	FsClaimedRun *claimed = NULL;
+	FsTakenRun *claimed = NULL;
 
 	PG_TRY();
 	{
-		FsClaimInfo info;
+		FsTakeInfo info;
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, "fairshare: claiming a due run");
-		if (fs_claim_runs(true, id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, &info) == 1)
+		if (fs_take_runs(true, id, 1, as_of, BOOTSTRAP_SUPERUSERID, true, &claimed, &info) == 1)
 		{
 			char	   *failure;
 

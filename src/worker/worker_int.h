@@ -73,7 +73,7 @@ extern void fs_run_command_init(void);
 extern void fs_command_deadline_register(void);
 extern bool fs_command_deadline_passed(void);
 extern void fs_reset_session(void);
-extern char *fs_owner_refusal(const FsClaimedRun *run);
-extern char *fs_run_command(const FsClaimedRun *run);
+extern char *fs_owner_refusal(const FsTakenRun *run);
+extern char *fs_run_command(const FsTakenRun *run);
 
 #endif							/* FAIRSHARE_WORKER_INT_H */
