@@ -41,7 +41,7 @@
  *	  An entry that exists throughout a scan is visited exactly once; one
  *	  created or removed meanwhile may or may not be.
  *
- * 4. Lease table (slots.c).  A partitioned dynahash with its own
+ * 4. Lease table (slots/leases.c).  A partitioned dynahash with its own
  *	  FS_LEASE_PARTITIONS LWLocks, EXCLUSIVE for every change, including the
  *	  partition's heap of leases by expiry.  Sweeping expired leases takes one
  *	  partition lock at a time, for a bounded batch.  Listing every lease
@@ -100,7 +100,7 @@
  *	  debug build checks invariants there):
  *	  - a tenant entry: core/tenant.h (fs_tenant_changed()); entries are
  *		entered, touched and restored here, in shmem.c;
- *	  - a lease: slots/slots.c, "Changes of the lease table"
+ *	  - a lease: slots/leases.c, "Changes of the lease table"
  *		(fs_lease_changed());
  *	  - a queue's fair-order state: fairq/fairqueue_int.h
  *		(fs_fair_changed()); its heap: fairq/order.c;
