@@ -317,8 +317,15 @@ extern void fs_fair_note_runtime(FsQueue *queue, float8 held_ms);
 extern void fs_fair_forget(FsQueue *queue);
 extern void fs_fair_add_without_tenant(FsQueue *queue, int64 rows, int64 untracked);
 extern int64 fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants);
+/* barrier.c */
+extern bool fs_fair_owner_gone(int pid);
 extern void fs_commit_barrier_enter(FsQueue *queue);
 extern void fs_commit_barrier_leave(FsQueue *queue);
+extern void fs_barriers_enter_in_order(FsQueue **queues, int n);
+extern void fs_barriers_leave_all(void);
+extern bool fs_commit_barrier_close(FsFairQueue *fq);
+extern void fs_commit_barrier_open(FsFairQueue *fq);
+extern void fs_commit_barrier_open_mine(void);
 
 /* fairqueue_register.c */
 extern FsFairDesc *fs_fair_desc(const char *queue_name, bool missing_ok);
@@ -342,6 +349,12 @@ extern bool fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key
 								 bool reserved, uint64 resync_gen);
 extern ArrayType *fs_track_held_keys(FsFairDesc *desc);
 extern void fs_track_registration_changed(const char *queue_name, bool unregistered);
+extern void fs_track_truncated(const char *queue_name);
+extern bool fs_track_row_left(FsRelRole *role, Datum key);
+extern void fs_track_release(FsRelRole *role, const FsClaimEntry *entry, bool released,
+							 int64 held_usecs);
+extern void fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves,
+						 float8 charge);
 extern void fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value,
 							  Oid type, int16 typlen, bool typbyval);
 extern Size fs_claim_map_shmem_size(void);

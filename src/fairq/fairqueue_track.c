@@ -31,29 +31,14 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
-#include "catalog/pg_type.h"
-#include "commands/trigger.h"
 #include "common/hashfn.h"
-#include "miscadmin.h"
-#include "storage/ipc.h"
-#include "storage/shmem.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
-#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/rel.h"
 
 #include "budget/budget.h"
-#include "core/stateformat.h"
 #include "fairq/fairqueue_int.h"
 #include "slots/slots.h"
-
-PG_FUNCTION_INFO_V1(fs_fair_ready_trigger);
-PG_FUNCTION_INFO_V1(fs_fair_running_trigger);
-PG_FUNCTION_INFO_V1(fs_fair_truncate_trigger);
 
 /* ----------------------------------------------------------------
  * What this transaction did (backend-local)
@@ -156,9 +141,6 @@ typedef struct FsQueueEvent
  * every queue the server can have, allocated once, before the first barrier
  * is entered.
  */
-static FsQueue **barriers_entered = NULL;
-static int	nbarriers_entered = 0;
-static bool barrier_exit_registered = false;
 
 /*
  * The two hash tables outlive transactions (emptied at each end, rebuilt
@@ -281,11 +263,29 @@ fs_xact_reset(void)
 	n_own_claims = 0;
 }
 
+/* Note an event of the queue `queue_name` (NULL: all) for the end of the transaction. */
+static void
+fs_xact_event_add(const char *queue_name, int kind)
+{
+	MemoryContext old;
+	FsQueueEvent *event;
+
+	fs_xact_begin();
+	old = MemoryContextSwitchTo(xact_cxt);
+	event = palloc0(sizeof(FsQueueEvent));
+	if (queue_name != NULL)
+		strlcpy(event->queue_name, queue_name, FS_NAME_BUFLEN);
+	event->subid = GetCurrentSubTransactionId();
+	event->kind = kind;
+	xact_events = lappend(xact_events, event);
+	MemoryContextSwitchTo(old);
+}
+
 /*
  * Count `rows` more (or fewer) ready rows of `tenant` in `queue` for this
  * subtransaction, applied to shared memory when the transaction commits.
  */
-static void
+void
 fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves, float8 charge)
 {
 	FsDeltaKey	key;
@@ -465,203 +465,54 @@ fs_track_held_keys(FsFairDesc *desc)
 void
 fs_track_registration_changed(const char *queue_name, bool unregistered)
 {
-	MemoryContext old;
-	FsQueueEvent *event;
-
-	fs_xact_begin();
-	old = MemoryContextSwitchTo(xact_cxt);
-	event = palloc0(sizeof(FsQueueEvent));
-	if (queue_name != NULL)
-		strlcpy(event->queue_name, queue_name, FS_NAME_BUFLEN);
-	event->subid = GetCurrentSubTransactionId();
-	event->kind = unregistered ? FS_EVENT_UNREGISTERED : FS_EVENT_REGISTERED;
-	xact_events = lappend(xact_events, event);
-	MemoryContextSwitchTo(old);
+	fs_xact_event_add(queue_name, unregistered ? FS_EVENT_UNREGISTERED : FS_EVENT_REGISTERED);
 	/* This transaction sees its own change at once. */
 	fs_fair_invalidate_all();
 }
 
-/* ----------------------------------------------------------------
- * The triggers
- * ----------------------------------------------------------------
- */
-
-static TriggerData *
-fs_trigger_data(FunctionCallInfo fcinfo, const char *name, bool row)
+/* A ready table of `queue_name` was truncated: the queue is recounted at commit. */
+void
+fs_track_truncated(const char *queue_name)
 {
-	TriggerData *td = (TriggerData *) fcinfo->context;
-
-	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(td->tg_event) ||
-		(TRIGGER_FIRED_FOR_ROW(td->tg_event) != 0) != row)
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("%s() must be fired AFTER ... FOR EACH %s", name, row ? "ROW" : "STATEMENT")));
-	return td;
+	fs_xact_event_add(queue_name, FS_EVENT_TRUNCATED);
 }
 
 /*
- * Error context of a trigger: an expression of a registration that fails
- * on a row (a cost dividing by zero, say) names its queue.
+ * A ready row of `role`'s queue whose key is `key` leaves the ready state:
+ * true if fs_claim() claimed it in this transaction (its count was taken
+ * off then, and is not again), and it is marked as gone.
  */
-static void
-fs_trigger_error_callback(void *arg)
+bool
+fs_track_row_left(FsRelRole *role, Datum key)
 {
-	errcontext("expressions of queue \"%s\", evaluated by fairshare's trigger",
-			   (const char *) arg);
-}
+	FsXactKey	xkey;
+	FsClaimedRow *row;
 
-/*
- * Evaluate a registration on a ready-table row: false if the row is not
- * ready; else true, with its tenant in `tenant` ("" if NULL or not a valid
- * tenant name).
- */
-static bool
-fs_ready_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, char *tenant)
-{
-	bool		isnull;
-	Datum		value;
-	text	   *t;
-	int			len;
-
-	econtext->ecxt_scantuple = slot;
-	if (role->filter != NULL)
-	{
-		value = ExecEvalExprSwitchContext(role->filter, econtext, &isnull);
-		if (isnull || !DatumGetBool(value))
-			return false;
-	}
-	tenant[0] = '\0';
-	value = ExecEvalExprSwitchContext(role->tenant, econtext, &isnull);
-	if (isnull)
-		return true;
-	t = DatumGetTextPP(value);
-	len = VARSIZE_ANY_EXHDR(t);
-	if (len == 0 || len > FS_NAME_MAXLEN || (len == 1 && *VARDATA_ANY(t) == '*'))
-		return true;
-	memcpy(tenant, VARDATA_ANY(t), len);
-	tenant[len] = '\0';
+	if (!xact_active)
+		return false;
+	memset(&xkey, 0, sizeof(xkey));
+	fs_claim_key_make(&xkey.claim, role->queue->queue_id, key, role->key_type,
+					  role->key_len, role->key_byval);
+	xkey.type = role->key_type;
+	row = hash_search(xact_claimed, &xkey, HASH_FIND, NULL);
+	if (row == NULL || !row->reserved || row->left_subid != 0)
+		return false;
+	row->left_subid = GetCurrentSubTransactionId();
 	return true;
 }
 
-/* A ready row of `tenant` left the ready state (deleted or updated out). */
-static void
-fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, const char *tenant)
-{
-	bool		isnull;
-	Datum		key;
-	float8		cost;
-
-	if (tenant[0] == '\0')
-	{
-		fs_delta_add(role->queue, "", -1, 0, 0);
-		return;
-	}
-
-	econtext->ecxt_scantuple = slot;
-	key = ExecEvalExprSwitchContext(role->key, econtext, &isnull);
-	if (!isnull && xact_active)
-	{
-		FsXactKey	xkey;
-		FsClaimedRow *row;
-
-		memset(&xkey, 0, sizeof(xkey));
-		fs_claim_key_make(&xkey.claim, role->queue->queue_id, key, role->key_type,
-						  role->key_len, role->key_byval);
-		xkey.type = role->key_type;
-		row = hash_search(xact_claimed, &xkey, HASH_FIND, NULL);
-		if (row != NULL && row->reserved && row->left_subid == 0)
-		{
-			/* Claimed by fs_claim() in this transaction: already taken off. */
-			row->left_subid = GetCurrentSubTransactionId();
-			return;
-		}
-	}
-
-	if (role->cost != NULL)
-		cost = fs_fair_clamp_cost(DatumGetFloat8(ExecEvalExprSwitchContext(role->cost, econtext,
-																		   &isnull)), isnull);
-	else
-		cost = role->charge_runtime ? fs_fair_queue(role->queue)->avg_runtime_ms : 1.0;
-	fs_delta_add(role->queue, tenant, -1, 1, cost);
-}
-
-/* AFTER INSERT OR DELETE OR UPDATE FOR EACH ROW on a ready table. */
-Datum
-fs_fair_ready_trigger(PG_FUNCTION_ARGS)
-{
-	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_ready_trigger", true);
-	FsRelTriggers *rt;
-	int			i;
-	ErrorContextCallback errcb;
-
-	/* Not preloaded: nothing to keep (the queue is recounted when it is). */
-	if (fs_fair == NULL)
-		return PointerGetDatum(NULL);
-	rt = fs_fair_rel_triggers(td->tg_relation);
-
-	errcb.callback = fs_trigger_error_callback;
-	errcb.previous = error_context_stack;
-	for (i = 0; i < rt->nready; i++)
-	{
-		FsRelRole  *role = &rt->ready[i];
-		char		old_tenant[FS_NAME_BUFLEN];
-		char		new_tenant[FS_NAME_BUFLEN];
-		bool		old_in = false;
-		bool		new_in = false;
-		FsRunAs		run_as;
-
-		if (role->queue == NULL)
-			continue;			/* no room for the queue: claims fail open */
-		errcb.arg = role->queue_name;
-		error_context_stack = &errcb;
-		if (OidIsValid(role->run_as_owner))
-			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
-		if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
-			new_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, new_tenant);
-		else if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
-			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant);
-		else
-		{
-			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant);
-			new_in = fs_ready_eval(role, rt->econtext, td->tg_newslot, new_tenant);
-			if (old_in && new_in && strcmp(old_tenant, new_tenant) == 0)
-				old_in = new_in = false;	/* still ready, same tenant */
-		}
-		if (old_in)
-			fs_ready_leave(role, rt->econtext, td->tg_trigslot, old_tenant);
-		if (new_in)
-			fs_delta_add(role->queue, new_tenant, 1, 0, 0);
-		if (OidIsValid(role->run_as_owner))
-			fs_run_as_end(&run_as);
-		error_context_stack = errcb.previous;
-		ResetExprContext(rt->econtext);
-	}
-	return PointerGetDatum(NULL);
-}
-
-static bool
-fs_running_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
-{
-	bool		isnull;
-	Datum		value;
-
-	if (role->running_filter == NULL)
-		return true;
-	econtext->ecxt_scantuple = slot;
-	value = ExecEvalExprSwitchContext(role->running_filter, econtext, &isnull);
-	return !isnull && DatumGetBool(value);
-}
-
-/* Release the lease of a claimed row (found in the claim map). */
-static void
-fs_release_claim(FsRelRole *role, const FsClaimEntry *entry)
+/*
+ * A running row of `role` that held the claim `entry` stopped running: its
+ * lease was released (`released`, held for `held_usecs`) by this
+ * (sub)transaction.  Kept until it ends: a commit charges the held time and
+ * forgets the claim, a rollback makes the lease live again (slots.c).
+ */
+void
+fs_track_release(FsRelRole *role, const FsClaimEntry *entry, bool released, int64 held_usecs)
 {
 	MemoryContext old;
 	FsRelease  *rel;
-	int64		held = 0;
-	bool		released;
 
-	released = fs_slot_release(entry->lease_id, fs_now(), &held);
 	fs_xact_begin();
 	old = MemoryContextSwitchTo(xact_cxt);
 	FS_FAULT_POINT("running_release");
@@ -670,153 +521,13 @@ fs_release_claim(FsRelRole *role, const FsClaimEntry *entry)
 	rel->subid = GetCurrentSubTransactionId();
 	rel->key = entry->key;
 	rel->lease_id = entry->lease_id;
-	rel->held_usecs = held;
+	rel->held_usecs = held_usecs;
 	rel->est_cost = entry->est_cost;
 	rel->released = released;
 	rel->charge_runtime = role->charge_runtime;
 	strlcpy(rel->tenant, entry->tenant, FS_NAME_BUFLEN);
 	xact_releases = lappend(xact_releases, rel);
 	MemoryContextSwitchTo(old);
-}
-
-/*
- * A row left a queue's running table: if a claim's lease is mapped to its
- * key, release it (the job is done).
- */
-static void
-fs_running_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
-{
-	bool		isnull;
-	Datum		key;
-	FsClaimKey	ckey;
-	FsClaimEntry entry;
-
-	econtext->ecxt_scantuple = slot;
-	key = ExecEvalExprSwitchContext(role->running_key, econtext, &isnull);
-	if (isnull)
-		return;
-	fs_claim_key_make(&ckey, role->queue->queue_id, key, role->key_type, role->key_len,
-					  role->key_byval);
-	if (fs_claim_map_find(&ckey, &entry))
-		fs_release_claim(role, &entry);
-}
-
-/* AFTER DELETE OR UPDATE FOR EACH ROW on a running table. */
-Datum
-fs_fair_running_trigger(PG_FUNCTION_ARGS)
-{
-	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_running_trigger", true);
-	FsRelTriggers *rt;
-	int			i;
-	ErrorContextCallback errcb;
-
-	if (fs_fair == NULL)
-		return PointerGetDatum(NULL);
-	rt = fs_fair_rel_triggers(td->tg_relation);
-
-	errcb.callback = fs_trigger_error_callback;
-	errcb.previous = error_context_stack;
-	for (i = 0; i < rt->nrunning; i++)
-	{
-		FsRelRole  *role = &rt->running[i];
-		FsRunAs		run_as;
-
-		if (role->queue == NULL)
-			continue;
-		errcb.arg = role->queue_name;
-		error_context_stack = &errcb;
-		if (OidIsValid(role->run_as_owner))
-			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
-		if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
-		{
-			if (fs_running_eval(role, rt->econtext, td->tg_trigslot))
-				fs_running_leave(role, rt->econtext, td->tg_trigslot);
-		}
-		else if (TRIGGER_FIRED_BY_UPDATE(td->tg_event) &&
-				 fs_running_eval(role, rt->econtext, td->tg_trigslot))
-		{
-			bool		still = fs_running_eval(role, rt->econtext, td->tg_newslot);
-
-			if (still)
-			{
-				bool		old_null;
-				bool		new_null;
-				Datum		old_key;
-				Datum		new_key;
-
-				/* Still running, unless it became another job. */
-				rt->econtext->ecxt_scantuple = td->tg_trigslot;
-				old_key = ExecEvalExprSwitchContext(role->running_key, rt->econtext, &old_null);
-				rt->econtext->ecxt_scantuple = td->tg_newslot;
-				new_key = ExecEvalExprSwitchContext(role->running_key, rt->econtext, &new_null);
-				still = old_null == new_null &&
-					(old_null || datumIsEqual(old_key, new_key, role->key_byval, role->key_len));
-			}
-			if (!still)
-				fs_running_leave(role, rt->econtext, td->tg_trigslot);
-		}
-		if (OidIsValid(role->run_as_owner))
-			fs_run_as_end(&run_as);
-		error_context_stack = errcb.previous;
-		ResetExprContext(rt->econtext);
-	}
-	return PointerGetDatum(NULL);
-}
-
-/*
- * AFTER TRUNCATE FOR EACH STATEMENT: a truncated ready table is recounted
- * at its queue's next use; a truncated running table releases the leases of
- * all its claimed rows.
- */
-Datum
-fs_fair_truncate_trigger(PG_FUNCTION_ARGS)
-{
-	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_truncate_trigger", false);
-	FsRelTriggers *rt;
-	bool		running;
-	int			i;
-
-	if (fs_fair == NULL)
-		return PointerGetDatum(NULL);
-	running = td->tg_trigger->tgnargs > 0 && strcmp(td->tg_trigger->tgargs[0], "running") == 0;
-	rt = fs_fair_rel_triggers(td->tg_relation);
-
-	if (!running)
-	{
-		for (i = 0; i < rt->nready; i++)
-		{
-			MemoryContext old;
-			FsQueueEvent *event;
-
-			if (rt->ready[i].queue == NULL)
-				continue;
-			fs_xact_begin();
-			old = MemoryContextSwitchTo(xact_cxt);
-			event = palloc0(sizeof(FsQueueEvent));
-			strlcpy(event->queue_name, rt->ready[i].queue_name, FS_NAME_BUFLEN);
-			event->subid = GetCurrentSubTransactionId();
-			event->kind = FS_EVENT_TRUNCATED;
-			xact_events = lappend(xact_events, event);
-			MemoryContextSwitchTo(old);
-		}
-		return PointerGetDatum(NULL);
-	}
-
-	for (i = 0; i < rt->nrunning; i++)
-	{
-		FsRelRole  *role = &rt->running[i];
-		FsClaimEntry *entries;
-		int			n;
-		int			k;
-
-		if (role->queue == NULL)
-			continue;
-		entries = fs_claim_map_collect(role->queue->queue_id, &n);
-		for (k = 0; k < n; k++)
-			fs_release_claim(role, &entries[k]);
-		pfree(entries);
-	}
-	return PointerGetDatum(NULL);
 }
 
 /* ----------------------------------------------------------------
@@ -965,41 +676,6 @@ fs_merge_subxact(SubTransactionId subid, SubTransactionId parent)
 			((FsQueueEvent *) lfirst(lc))->subid = parent;
 }
 
-static void
-fs_barriers_leave_all(void)
-{
-	while (nbarriers_entered > 0)
-		fs_commit_barrier_leave(barriers_entered[--nbarriers_entered]);
-}
-
-static void
-fs_barrier_exit_callback(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
-{
-	fs_barriers_leave_all();
-}
-
-/*
- * Enter `queue`'s commit barrier and note it, to be left at the end of the
- * transaction (fs_barriers_enter_in_order() enters each queue once).
- */
-static void
-fs_barrier_enter(FsQueue *queue)
-{
-	if (barriers_entered == NULL)
-		barriers_entered = MemoryContextAlloc(TopMemoryContext, sizeof(FsQueue *) * Max(fs_max_queues, 1));
-	if (!barrier_exit_registered)
-	{
-		before_shmem_exit(fs_barrier_exit_callback, (Datum) 0);
-		barrier_exit_registered = true;
-	}
-	/* Queues are never more than fairshare.max_queues. */
-	if (nbarriers_entered >= fs_max_queues)
-		elog(ERROR, "one transaction changed more fair-dequeue queues than fairshare.max_queues (%d)",
-			 fs_max_queues);
-	fs_commit_barrier_enter(queue);
-	barriers_entered[nbarriers_entered++] = queue;
-}
-
 /* Add `queue` to a set of `n` queues (with room for it); returns its size. */
 static int
 fs_queue_set_add(FsQueue **queues, int n, FsQueue *queue)
@@ -1013,26 +689,12 @@ fs_queue_set_add(FsQueue **queues, int n, FsQueue *queue)
 	return n + 1;
 }
 
-static int
-fs_queue_id_cmp(const void *a, const void *b)
-{
-	uint32		qa = (*(FsQueue *const *) a)->queue_id;
-	uint32		qb = (*(FsQueue *const *) b)->queue_id;
-
-	return qa < qb ? -1 : qa > qb ? 1 : 0;
-}
-
 /*
  * Enter the commit barrier of every queue whose counts this transaction
- * changes, in the order of the queues' ids.  A committer waits at a closed
- * barrier holding the barriers it entered before; a recount closes one barrier and
- * waits for the committers inside.  Entered in one order, a committer can
- * only be waiting for a barrier further along than any it holds, so waits
- * cannot form a circle (two recounts each waiting for a committer that
- * waits at the other's barrier, until both give up).
+ * changes (barrier.c says in which order).
  */
 static void
-fs_barriers_enter_in_order(void)
+fs_barriers_enter_changed(void)
 {
 	HASH_SEQ_STATUS seq;
 	FsDelta    *delta;
@@ -1040,7 +702,6 @@ fs_barriers_enter_in_order(void)
 	FsQueue   **queues;
 	int			nqueues = 0;
 	long		capacity;
-	int			i;
 
 	/* At most one queue per entry of either table. */
 	capacity = hash_get_num_entries(xact_deltas) + hash_get_num_entries(xact_claimed);
@@ -1054,9 +715,7 @@ fs_barriers_enter_in_order(void)
 	while ((row = hash_seq_search(&seq)) != NULL)
 		if (row->reserved)
 			nqueues = fs_queue_set_add(queues, nqueues, row->queue);
-	qsort(queues, nqueues, sizeof(FsQueue *), fs_queue_id_cmp);
-	for (i = 0; i < nqueues; i++)
-		fs_barrier_enter(queues[i]);
+	fs_barriers_enter_in_order(queues, nqueues);
 	pfree(queues);
 }
 
@@ -1136,7 +795,7 @@ fs_pre_commit(void)
 	}
 
 	/* Last: from here until its changes are applied, a recount waits. */
-	fs_barriers_enter_in_order();
+	fs_barriers_enter_changed();
 }
 
 /* The clock, read once and only by a commit that needs it. */

@@ -10,34 +10,17 @@
  */
 #include "postgres.h"
 
-#include <math.h>
 
-#include "access/xact.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
-#include "storage/procarray.h"
-#include "storage/shmem.h"
-#include "utils/acl.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/datum.h"
-#include "utils/guc.h"
-#include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "budget/budget.h"
-#include "core/stateformat.h"
 #include "core/subxact.h"
 #include "fairq/fairqueue_int.h"
-#include "gate/gate.h"
 #include "limits/limits.h"
-#include "slots/slots.h"
 
 PG_FUNCTION_INFO_V1(fs_resync);
 
@@ -53,19 +36,6 @@ typedef struct FsCount
 	FsTenant   *entry;			/* its entry, once given one (else NULL) */
 	uint32		generation;		/* of that entry */
 } FsCount;
-
-/*
- * The commit barrier.  A transaction that changes a queue's counts enters the
- * barrier before it commits (XACT_EVENT_PRE_COMMIT, before its rows become
- * visible) and leaves it once its changes are applied to shared memory
- * (after they are).  A recount closes the barrier: new committers wait, and
- * once the ones inside have left, every transaction is either visible to a
- * snapshot taken now and applied, or neither.  The barrier is closed only for
- * that instant; counting runs with it open.
- */
-#define FS_BARRIER_CLOSED		0x80000000U
-#define FS_GATE_WAIT_USECS	100
-#define FS_GATE_MAX_WAIT	(10 * USECS_PER_SEC)
 
 /*
  * A recount marks its queue `resyncing` and may close its commit barrier:
@@ -88,51 +58,7 @@ typedef struct FsOwnedResync
 
 static FsOwnedResync owned_resyncs[FS_MAX_OWNED_RESYNCS];
 static int	nowned_resyncs = 0;
-static FsFairQueue *barrier_closed_by_me = NULL;
 static bool resync_exit_registered = false;
-
-static void fs_commit_barrier_open(FsFairQueue *fq);
-
-/*
- * Whether the backend with this pid is gone.  (A pid taken again by a new
- * backend counts as alive: the mark then waits for that one, which is only
- * slower, never wrong.)
- */
-static bool
-fs_fair_owner_gone(int pid)
-{
-	return pid != 0 && pid != MyProcPid && BackendPidGetProc(pid) == NULL;
-}
-
-/*
- * A committer found the barrier closed for a long time: if the recount that
- * closed it belongs to a backend that is gone, open it.
- */
-static void
-fs_commit_barrier_check_owner(FsFairQueue *fq)
-{
-	int			pid;
-	uint64		gen;
-	bool		resyncing;
-
-	LWLockAcquire(fq->lock, LW_SHARED);
-	pid = fq->resync_pid;
-	gen = fq->resync_owner_gen;
-	resyncing = fq->resyncing;
-	LWLockRelease(fq->lock);
-	if (!resyncing || !fs_fair_owner_gone(pid))
-		return;
-
-	/*
-	 * Opened under the lock, and only if the mark is still the gone
-	 * backend's: a recount taking it over changes the mark under the lock
-	 * before it closes the barrier, and its closing must stand.
-	 */
-	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-	if (fq->resyncing && fq->resync_pid == pid && fq->resync_owner_gen == gen)
-		pg_atomic_fetch_and_u32(&fq->commit_barrier, ~FS_BARRIER_CLOSED);
-	LWLockRelease(fq->lock);
-}
 
 /*
  * Undo the mark of a recount this backend owns (if it still owns it): the
@@ -159,87 +85,13 @@ fs_fair_resync_disown(FsFairQueue *fq, uint64 gen)
 static void
 fs_fair_resync_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 {
-	if (barrier_closed_by_me != NULL)
-		fs_commit_barrier_open(barrier_closed_by_me);
+	fs_commit_barrier_open_mine();
 	while (nowned_resyncs > 0)
 	{
 		nowned_resyncs--;
 		fs_fair_resync_disown(owned_resyncs[nowned_resyncs].fq,
 							  owned_resyncs[nowned_resyncs].gen);
 	}
-}
-
-/*
- * Enter a queue's commit barrier before committing changes of its backlog:
- * wait while a recount has it closed (checking for interrupts, and taking
- * the barrier over from a recount whose backend is gone).
- */
-void
-fs_commit_barrier_enter(FsQueue *queue)
-{
-	FsFairQueue *fq = fs_fair_queue(queue);
-	uint32		waits = 0;
-
-	for (;;)
-	{
-		uint32		old = pg_atomic_read_u32(&fq->commit_barrier);
-
-		if (old & FS_BARRIER_CLOSED)
-		{
-			/*
-			 * A recount is taking its snapshot: a few milliseconds at most.
-			 * Every 10000 waits (a second or two), make sure its backend is
-			 * still there.
-			 */
-			CHECK_FOR_INTERRUPTS();
-			pg_usleep(FS_GATE_WAIT_USECS);
-			if (++waits % (USECS_PER_SEC / FS_GATE_WAIT_USECS) == 0)
-				fs_commit_barrier_check_owner(fq);
-			continue;
-		}
-		if (pg_atomic_compare_exchange_u32(&fq->commit_barrier, &old, old + 1))
-			return;
-	}
-}
-
-void
-fs_commit_barrier_leave(FsQueue *queue)
-{
-	pg_atomic_fetch_sub_u32(&fs_fair_queue(queue)->commit_barrier, 1);
-}
-
-/*
- * Close the barrier and wait for the transactions inside to leave.  False if
- * they do not within FS_GATE_MAX_WAIT (the barrier is open again then).
- */
-static bool
-fs_commit_barrier_close(FsFairQueue *fq)
-{
-	TimestampTz start = GetCurrentTimestamp();
-
-	barrier_closed_by_me = fq;
-	pg_atomic_fetch_or_u32(&fq->commit_barrier, FS_BARRIER_CLOSED);
-	while ((pg_atomic_read_u32(&fq->commit_barrier) & ~FS_BARRIER_CLOSED) != 0)
-	{
-		if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(),
-									   FS_GATE_MAX_WAIT / 1000))
-		{
-			fs_commit_barrier_open(fq);
-			return false;
-		}
-		/* A cancel here opens the barrier (fs_fair_resync()), a terminate too. */
-		CHECK_FOR_INTERRUPTS();
-		pg_usleep(FS_GATE_WAIT_USECS);
-	}
-	return true;
-}
-
-static void
-fs_commit_barrier_open(FsFairQueue *fq)
-{
-	pg_atomic_fetch_and_u32(&fq->commit_barrier, ~FS_BARRIER_CLOSED);
-	if (barrier_closed_by_me == fq)
-		barrier_closed_by_me = NULL;
 }
 
 /*

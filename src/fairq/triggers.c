@@ -1,0 +1,317 @@
+/*-------------------------------------------------------------------------
+ *
+ * triggers.c
+ *	  Fair dequeue's triggers on a registered queue's tables: the ready-row
+ *	  trigger counts rows entering and leaving the ready state per tenant,
+ *	  the running-row trigger releases the lease of a row that stops
+ *	  running, and the truncate trigger has the queue recounted.  What they
+ *	  note is kept for the end of the transaction by fairqueue_track.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "commands/trigger.h"
+#include "utils/datum.h"
+
+#include "fairq/fairqueue_int.h"
+#include "slots/slots.h"
+
+PG_FUNCTION_INFO_V1(fs_fair_ready_trigger);
+PG_FUNCTION_INFO_V1(fs_fair_running_trigger);
+PG_FUNCTION_INFO_V1(fs_fair_truncate_trigger);
+
+/* ----------------------------------------------------------------
+ * The triggers
+ * ----------------------------------------------------------------
+ */
+
+static TriggerData *
+fs_trigger_data(FunctionCallInfo fcinfo, const char *name, bool row)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(td->tg_event) ||
+		(TRIGGER_FIRED_FOR_ROW(td->tg_event) != 0) != row)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("%s() must be fired AFTER ... FOR EACH %s", name, row ? "ROW" : "STATEMENT")));
+	return td;
+}
+
+/*
+ * Error context of a trigger: an expression of a registration that fails
+ * on a row (a cost dividing by zero, say) names its queue.
+ */
+static void
+fs_trigger_error_callback(void *arg)
+{
+	errcontext("expressions of queue \"%s\", evaluated by fairshare's trigger",
+			   (const char *) arg);
+}
+
+/*
+ * Evaluate a registration on a ready-table row: false if the row is not
+ * ready; else true, with its tenant in `tenant` ("" if NULL or not a valid
+ * tenant name).
+ */
+static bool
+fs_ready_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, char *tenant)
+{
+	bool		isnull;
+	Datum		value;
+	text	   *t;
+	int			len;
+
+	econtext->ecxt_scantuple = slot;
+	if (role->filter != NULL)
+	{
+		value = ExecEvalExprSwitchContext(role->filter, econtext, &isnull);
+		if (isnull || !DatumGetBool(value))
+			return false;
+	}
+	tenant[0] = '\0';
+	value = ExecEvalExprSwitchContext(role->tenant, econtext, &isnull);
+	if (isnull)
+		return true;
+	t = DatumGetTextPP(value);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0 || len > FS_NAME_MAXLEN || (len == 1 && *VARDATA_ANY(t) == '*'))
+		return true;
+	memcpy(tenant, VARDATA_ANY(t), len);
+	tenant[len] = '\0';
+	return true;
+}
+
+/* A ready row of `tenant` left the ready state (deleted or updated out). */
+static void
+fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, const char *tenant)
+{
+	bool		isnull;
+	Datum		key;
+	float8		cost;
+
+	if (tenant[0] == '\0')
+	{
+		fs_delta_add(role->queue, "", -1, 0, 0);
+		return;
+	}
+
+	econtext->ecxt_scantuple = slot;
+	key = ExecEvalExprSwitchContext(role->key, econtext, &isnull);
+	/* Claimed by fs_claim() in this transaction: already taken off. */
+	if (!isnull && fs_track_row_left(role, key))
+		return;
+
+	if (role->cost != NULL)
+		cost = fs_fair_clamp_cost(DatumGetFloat8(ExecEvalExprSwitchContext(role->cost, econtext,
+																		   &isnull)), isnull);
+	else
+		cost = role->charge_runtime ? fs_fair_queue(role->queue)->avg_runtime_ms : 1.0;
+	fs_delta_add(role->queue, tenant, -1, 1, cost);
+}
+
+/* AFTER INSERT OR DELETE OR UPDATE FOR EACH ROW on a ready table. */
+Datum
+fs_fair_ready_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_ready_trigger", true);
+	FsRelTriggers *rt;
+	int			i;
+	ErrorContextCallback errcb;
+
+	/* Not preloaded: nothing to keep (the queue is recounted when it is). */
+	if (fs_fair == NULL)
+		return PointerGetDatum(NULL);
+	rt = fs_fair_rel_triggers(td->tg_relation);
+
+	errcb.callback = fs_trigger_error_callback;
+	errcb.previous = error_context_stack;
+	for (i = 0; i < rt->nready; i++)
+	{
+		FsRelRole  *role = &rt->ready[i];
+		char		old_tenant[FS_NAME_BUFLEN];
+		char		new_tenant[FS_NAME_BUFLEN];
+		bool		old_in = false;
+		bool		new_in = false;
+		FsRunAs		run_as;
+
+		if (role->queue == NULL)
+			continue;			/* no room for the queue: claims fail open */
+		errcb.arg = role->queue_name;
+		error_context_stack = &errcb;
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
+		if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
+			new_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, new_tenant);
+		else if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
+			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant);
+		else
+		{
+			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant);
+			new_in = fs_ready_eval(role, rt->econtext, td->tg_newslot, new_tenant);
+			if (old_in && new_in && strcmp(old_tenant, new_tenant) == 0)
+				old_in = new_in = false;	/* still ready, same tenant */
+		}
+		if (old_in)
+			fs_ready_leave(role, rt->econtext, td->tg_trigslot, old_tenant);
+		if (new_in)
+			fs_delta_add(role->queue, new_tenant, 1, 0, 0);
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_end(&run_as);
+		error_context_stack = errcb.previous;
+		ResetExprContext(rt->econtext);
+	}
+	return PointerGetDatum(NULL);
+}
+
+static bool
+fs_running_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		value;
+
+	if (role->running_filter == NULL)
+		return true;
+	econtext->ecxt_scantuple = slot;
+	value = ExecEvalExprSwitchContext(role->running_filter, econtext, &isnull);
+	return !isnull && DatumGetBool(value);
+}
+
+/* Release the lease of a claimed row (found in the claim map). */
+static void
+fs_release_claim(FsRelRole *role, const FsClaimEntry *entry)
+{
+	int64		held = 0;
+	bool		released;
+
+	released = fs_slot_release(entry->lease_id, fs_now(), &held);
+	fs_track_release(role, entry, released, held);
+}
+
+/*
+ * A row left a queue's running table: if a claim's lease is mapped to its
+ * key, release it (the job is done).
+ */
+static void
+fs_running_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		key;
+	FsClaimKey	ckey;
+	FsClaimEntry entry;
+
+	econtext->ecxt_scantuple = slot;
+	key = ExecEvalExprSwitchContext(role->running_key, econtext, &isnull);
+	if (isnull)
+		return;
+	fs_claim_key_make(&ckey, role->queue->queue_id, key, role->key_type, role->key_len,
+					  role->key_byval);
+	if (fs_claim_map_find(&ckey, &entry))
+		fs_release_claim(role, &entry);
+}
+
+/* AFTER DELETE OR UPDATE FOR EACH ROW on a running table. */
+Datum
+fs_fair_running_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_running_trigger", true);
+	FsRelTriggers *rt;
+	int			i;
+	ErrorContextCallback errcb;
+
+	if (fs_fair == NULL)
+		return PointerGetDatum(NULL);
+	rt = fs_fair_rel_triggers(td->tg_relation);
+
+	errcb.callback = fs_trigger_error_callback;
+	errcb.previous = error_context_stack;
+	for (i = 0; i < rt->nrunning; i++)
+	{
+		FsRelRole  *role = &rt->running[i];
+		FsRunAs		run_as;
+
+		if (role->queue == NULL)
+			continue;
+		errcb.arg = role->queue_name;
+		error_context_stack = &errcb;
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
+		if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
+		{
+			if (fs_running_eval(role, rt->econtext, td->tg_trigslot))
+				fs_running_leave(role, rt->econtext, td->tg_trigslot);
+		}
+		else if (TRIGGER_FIRED_BY_UPDATE(td->tg_event) &&
+				 fs_running_eval(role, rt->econtext, td->tg_trigslot))
+		{
+			bool		still = fs_running_eval(role, rt->econtext, td->tg_newslot);
+
+			if (still)
+			{
+				bool		old_null;
+				bool		new_null;
+				Datum		old_key;
+				Datum		new_key;
+
+				/* Still running, unless it became another job. */
+				rt->econtext->ecxt_scantuple = td->tg_trigslot;
+				old_key = ExecEvalExprSwitchContext(role->running_key, rt->econtext, &old_null);
+				rt->econtext->ecxt_scantuple = td->tg_newslot;
+				new_key = ExecEvalExprSwitchContext(role->running_key, rt->econtext, &new_null);
+				still = old_null == new_null &&
+					(old_null || datumIsEqual(old_key, new_key, role->key_byval, role->key_len));
+			}
+			if (!still)
+				fs_running_leave(role, rt->econtext, td->tg_trigslot);
+		}
+		if (OidIsValid(role->run_as_owner))
+			fs_run_as_end(&run_as);
+		error_context_stack = errcb.previous;
+		ResetExprContext(rt->econtext);
+	}
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * AFTER TRUNCATE FOR EACH STATEMENT: a truncated ready table is recounted
+ * at its queue's next use; a truncated running table releases the leases of
+ * all its claimed rows.
+ */
+Datum
+fs_fair_truncate_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_truncate_trigger", false);
+	FsRelTriggers *rt;
+	bool		running;
+	int			i;
+
+	if (fs_fair == NULL)
+		return PointerGetDatum(NULL);
+	running = td->tg_trigger->tgnargs > 0 && strcmp(td->tg_trigger->tgargs[0], "running") == 0;
+	rt = fs_fair_rel_triggers(td->tg_relation);
+
+	if (!running)
+	{
+		for (i = 0; i < rt->nready; i++)
+			if (rt->ready[i].queue != NULL)
+				fs_track_truncated(rt->ready[i].queue_name);
+		return PointerGetDatum(NULL);
+	}
+
+	for (i = 0; i < rt->nrunning; i++)
+	{
+		FsRelRole  *role = &rt->running[i];
+		FsClaimEntry *entries;
+		int			n;
+		int			k;
+
+		if (role->queue == NULL)
+			continue;
+		entries = fs_claim_map_collect(role->queue->queue_id, &n);
+		for (k = 0; k < n; k++)
+			fs_release_claim(role, &entries[k]);
+		pfree(entries);
+	}
+	return PointerGetDatum(NULL);
+}
