@@ -440,17 +440,13 @@ fs_create_index(const char *queue, Oid ready_relid, const char *index_sql)
 	PG_END_TRY();
 }
 
-/*
- * fs_register_queue(queue, ready_table, tenant, order_by, filter, key,
- *					 running_table, running_filter, running_key, cost,
- *					 charge_runtime, create_index, enqueued_at) RETURNS fs_fair_queues
- */
-Datum
-fs_register_queue(PG_FUNCTION_ARGS)
+/* A registration as fs_register_queue() builds it. */
+typedef struct FsRegistration
 {
 	char		queue[FS_NAME_BUFLEN];
 	Oid			ready_relid;
-	Oid			running_relid = InvalidOid;
+	Oid			running_relid;	/* InvalidOid: none */
+	/* the arguments, as given (NULL: left out) */
 	char	   *tenant_text;
 	char	   *order_text;
 	char	   *filter_text;
@@ -461,211 +457,222 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	char	   *enqueued_at_text;
 	bool		charge_runtime;
 	bool		create_index;
-	Relation	ready;
-	Relation	running = NULL;
+	/* compiled on the tables; the filter split in two */
 	Node	   *tenant;
 	List	   *order;
-	List	   *ready_quals = NIL;
-	List	   *claim_quals = NIL;
+	List	   *ready_quals;	/* immutable: rows are counted by them */
+	List	   *claim_quals;	/* mutable (now()): checked when claiming */
 	Node	   *key;
-	Node	   *running_key = NULL;
-	Node	   *running_filter = NULL;
-	Node	   *cost = NULL;
-	Node	   *enqueued_at = NULL;
-	char	   *c_ready_filter = NULL;
-	char	   *c_claim_filter = NULL;
+	Node	   *running_key;
+	Node	   *running_filter;
+	Node	   *cost;
+	Node	   *enqueued_at;
+	/* their canonical texts, as stored */
+	char	   *c_ready_filter;
+	char	   *c_claim_filter;
 	char	   *c_tenant;
 	char	   *c_order;
 	char	   *c_key;
-	char	   *c_cost = NULL;
-	char	   *c_enqueued_at = NULL;
-	char	   *c_running_filter = NULL;
-	char	   *c_running_key = NULL;
-	char	   *index_name = NULL;
-	char	   *index_sql = NULL;
-	Oid			namespace;
+	char	   *c_cost;
+	char	   *c_enqueued_at;
+	char	   *c_running_filter;
+	char	   *c_running_key;
+	/* the index the claim query walks */
 	Oid			key_type;
-	Oid			indexoid;
-	bool		index_created = false;
-	bool		key_unique;
-	FsRunAs		as_owner;
-	Oid			old_ready = InvalidOid;
-	Oid			old_running = InvalidOid;
-	Oid			old_index = InvalidOid;
-	bool		old_index_created = false;
-	HeapTuple	old;
-	TupleDesc	old_desc;
-	ListCell   *lc;
-	StringInfoData sql;
-	Oid			argtypes[20];
-	Datum		values[20];
-	char		nulls[20];
-	int			nargs = 0;
-	HeapTupleHeader result;
+	Oid			indexoid;		/* InvalidOid: none serves */
+	char	   *index_name;		/* with index_sql: the one to create */
+	char	   *index_sql;
+	bool		index_created;
+} FsRegistration;
 
-	fs_check_loaded();
-	fs_name_arg(fcinfo, 0, "queue", queue);
+/* Read and check fs_register_queue()'s arguments. */
+static void
+fs_registration_args(FunctionCallInfo fcinfo, FsRegistration *reg)
+{
+	memset(reg, 0, sizeof(*reg));
+	fs_name_arg(fcinfo, 0, "queue", reg->queue);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("ready_table must not be null"),
 				 errhint("Pass the table that holds the ready rows, for example 'solid_queue_ready_executions'.")));
-	ready_relid = PG_GETARG_OID(1);
-	tenant_text = fs_text_arg(fcinfo, 2, "tenant", true);
-	order_text = fs_text_arg(fcinfo, 3, "order_by", true);
-	filter_text = fs_text_arg(fcinfo, 4, "filter", false);
-	key_text = fs_text_arg(fcinfo, 5, "key", false);
-	if (!PG_ARGISNULL(6))
-		running_relid = PG_GETARG_OID(6);
-	running_filter_text = fs_text_arg(fcinfo, 7, "running_filter", false);
-	running_key_text = fs_text_arg(fcinfo, 8, "running_key", false);
-	cost_text = fs_text_arg(fcinfo, 9, "cost", false);
-	charge_runtime = fs_bool_arg(fcinfo, 10, "charge_runtime");
-	create_index = fs_bool_arg(fcinfo, 11, "create_index");
-	enqueued_at_text = fs_text_arg(fcinfo, 12, "enqueued_at", false);
+	reg->ready_relid = PG_GETARG_OID(1);
+	reg->tenant_text = fs_text_arg(fcinfo, 2, "tenant", true);
+	reg->order_text = fs_text_arg(fcinfo, 3, "order_by", true);
+	reg->filter_text = fs_text_arg(fcinfo, 4, "filter", false);
+	reg->key_text = fs_text_arg(fcinfo, 5, "key", false);
+	reg->running_relid = PG_ARGISNULL(6) ? InvalidOid : PG_GETARG_OID(6);
+	reg->running_filter_text = fs_text_arg(fcinfo, 7, "running_filter", false);
+	reg->running_key_text = fs_text_arg(fcinfo, 8, "running_key", false);
+	reg->cost_text = fs_text_arg(fcinfo, 9, "cost", false);
+	reg->charge_runtime = fs_bool_arg(fcinfo, 10, "charge_runtime");
+	reg->create_index = fs_bool_arg(fcinfo, 11, "create_index");
+	reg->enqueued_at_text = fs_text_arg(fcinfo, 12, "enqueued_at", false);
 
-	if (!OidIsValid(running_relid) && (running_filter_text || running_key_text))
+	if (!OidIsValid(reg->running_relid) && (reg->running_filter_text || reg->running_key_text))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("running_filter and running_key of queue \"%s\" need a running_table", queue),
+				 errmsg("running_filter and running_key of queue \"%s\" need a running_table",
+						reg->queue),
 				 errhint("Pass running_table => the table whose rows mark a claimed row as running.")));
-	if (!OidIsValid(running_relid) && charge_runtime)
+	if (!OidIsValid(reg->running_relid) && reg->charge_runtime)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("charge_runtime of queue \"%s\" needs a running_table", queue),
+				 errmsg("charge_runtime of queue \"%s\" needs a running_table", reg->queue),
 				 errhint("Run time is measured when a claimed row leaves the running table; pass running_table.")));
+}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+/*
+ * Compile the registration's expressions on its tables, with the caller's
+ * search_path (names mean what the caller means), and their canonical
+ * texts.  The filter's mutable parts (now()) are checked when claiming, the
+ * rest when counting rows.
+ */
+static void
+fs_registration_compile(FsRegistration *reg, Relation ready, Relation running)
+{
+	const char *queue = reg->queue;
+	ListCell   *lc;
 
-	ready = fs_open_table(ready_relid, "ready_table", queue);
-	if (OidIsValid(running_relid))
-		running = running_relid == ready_relid ? ready :
-			fs_open_table(running_relid, "running_table", queue);
-
-	/* Re-registering a queue is for whoever may change its current table. */
-	old = fs_registration_row(queue, &old_desc);
-	if (old != NULL)
+	reg->tenant = fs_compile(reg->tenant_text, ready, FS_EXPR_TENANT, queue);
+	reg->order = fs_compile_order(reg->order_text, ready, queue);
+	if (reg->filter_text != NULL)
 	{
-		bool		isnull;
-
-		old_ready = fs_row_oid(old, old_desc, "ready_table");
-		old_running = fs_row_oid(old, old_desc, "running_table");
-		old_index = fs_row_oid(old, old_desc, "ready_index");
-		old_index_created = DatumGetBool(SPI_getbinval(old, old_desc,
-													   SPI_fnumber(old_desc, "index_created"),
-													   &isnull));
-		fs_check_may_replace(old, old_desc, queue, "register it again");
-	}
-
-	/* Parsed with the caller's search_path: names mean what the caller means. */
-	tenant = fs_compile(tenant_text, ready, FS_EXPR_TENANT, queue);
-	order = fs_compile_order(order_text, ready, queue);
-	if (filter_text != NULL)
-	{
-		Node	   *filter = fs_compile(filter_text, ready, FS_EXPR_FILTER, queue);
+		Node	   *filter = fs_compile(reg->filter_text, ready, FS_EXPR_FILTER, queue);
 
 		foreach(lc, make_ands_implicit((Expr *) filter))
 		{
 			Node	   *qual = lfirst(lc);
 
 			if (contain_mutable_functions(qual))
-				claim_quals = lappend(claim_quals, qual);
+				reg->claim_quals = lappend(reg->claim_quals, qual);
 			else
-				ready_quals = lappend(ready_quals, qual);
+				reg->ready_quals = lappend(reg->ready_quals, qual);
 		}
 	}
-	if (key_text == NULL)
-		key_text = fs_primary_key(ready, queue);
-	key = fs_compile(key_text, ready, FS_EXPR_KEY, queue);
-	if (cost_text != NULL)
-		cost = fs_compile(cost_text, ready, FS_EXPR_COST, queue);
-	if (enqueued_at_text != NULL)
-		enqueued_at = fs_compile(enqueued_at_text, ready, FS_EXPR_ENQUEUED_AT, queue);
+	if (reg->key_text == NULL)
+		reg->key_text = fs_primary_key(ready, queue);
+	reg->key = fs_compile(reg->key_text, ready, FS_EXPR_KEY, queue);
+	if (reg->cost_text != NULL)
+		reg->cost = fs_compile(reg->cost_text, ready, FS_EXPR_COST, queue);
+	if (reg->enqueued_at_text != NULL)
+		reg->enqueued_at = fs_compile(reg->enqueued_at_text, ready, FS_EXPR_ENQUEUED_AT, queue);
 	if (running != NULL)
 	{
-		running_key = fs_compile(running_key_text ? running_key_text : key_text, running,
-								 FS_EXPR_RUNNING_KEY, queue);
-		if (exprType(running_key) != exprType(key))
+		reg->running_key = fs_compile(reg->running_key_text ? reg->running_key_text : reg->key_text,
+									  running, FS_EXPR_RUNNING_KEY, queue);
+		if (exprType(reg->running_key) != exprType(reg->key))
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
 					 errmsg("running_key of queue \"%s\" is %s, but its key is %s", queue,
-							format_type_be(exprType(running_key)), format_type_be(exprType(key))),
+							format_type_be(exprType(reg->running_key)),
+							format_type_be(exprType(reg->key))),
 					 errhint("running_key must give the same value as key for the same job.")));
-		if (running_filter_text != NULL)
-			running_filter = fs_compile(running_filter_text, running, FS_EXPR_RUNNING_FILTER, queue);
+		if (reg->running_filter_text != NULL)
+			reg->running_filter = fs_compile(reg->running_filter_text, running,
+											 FS_EXPR_RUNNING_FILTER, queue);
 	}
+	reg->key_type = exprType(reg->key);
 
-	/* Canonical texts. */
-	if (ready_quals != NIL)
-		c_ready_filter = fs_deparse((Node *) make_ands_explicit(ready_quals), ready);
-	if (claim_quals != NIL)
-		c_claim_filter = fs_deparse((Node *) make_ands_explicit(claim_quals), ready);
+	if (reg->ready_quals != NIL)
+		reg->c_ready_filter = fs_deparse((Node *) make_ands_explicit(reg->ready_quals), ready);
+	if (reg->claim_quals != NIL)
+		reg->c_claim_filter = fs_deparse((Node *) make_ands_explicit(reg->claim_quals), ready);
+	reg->c_tenant = fs_deparse(reg->tenant, ready);
+	reg->c_order = fs_deparse_order(reg->order, ready, false);
+	reg->c_key = fs_deparse(reg->key, ready);
+	if (reg->cost != NULL)
+		reg->c_cost = fs_deparse(reg->cost, ready);
+	if (reg->enqueued_at != NULL)
+		reg->c_enqueued_at = fs_deparse(reg->enqueued_at, ready);
+	if (reg->running_filter != NULL)
+		reg->c_running_filter = fs_deparse(reg->running_filter, running);
+	if (reg->running_key != NULL)
+		reg->c_running_key = fs_deparse(reg->running_key, running);
+}
 
-	c_tenant = fs_deparse(tenant, ready);
-	c_order = fs_deparse_order(order, ready, false);
-	c_key = fs_deparse(key, ready);
-	if (cost != NULL)
-		c_cost = fs_deparse(cost, ready);
-	if (enqueued_at != NULL)
-		c_enqueued_at = fs_deparse(enqueued_at, ready);
-	if (running_filter != NULL)
-		c_running_filter = fs_deparse(running_filter, running);
-	if (running_key != NULL)
-		c_running_key = fs_deparse(running_key, running);
+/*
+ * The key must tell rows apart, and the claim query needs an index to
+ * walk.  Both compare the registration's expressions with the table's
+ * indexes (folding constants, which runs immutable functions, possibly the
+ * owner's), as the table's owner in a security-restricted operation, as
+ * CREATE INDEX evaluates index expressions (run_as.c).  Sets the index
+ * found, or the one to create.
+ */
+static void
+fs_registration_check_key(FsRegistration *reg, Relation ready)
+{
+	FsRunAs		as_owner;
+	bool		key_unique;
 
-	/*
-	 * The key must tell rows apart, and the index the claim query walks.
-	 * Both compare the registration's expressions with the table's indexes
-	 * (folding constants, which runs immutable functions, possibly the
-	 * owner's), as the table's owner in a security-restricted operation, as
-	 * CREATE INDEX evaluates index expressions (run_as.c).
-	 */
 	fs_run_as_begin(&as_owner, ready->rd_rel->relowner, 0);
-	key_unique = fs_key_is_unique(ready, key);
-	indexoid = key_unique ? fs_find_index(ready, tenant, order, ready_quals) : InvalidOid;
+	key_unique = fs_key_is_unique(ready, reg->key);
+	reg->indexoid = key_unique ? fs_find_index(ready, reg->tenant, reg->order, reg->ready_quals) :
+		InvalidOid;
 	fs_run_as_end(&as_owner);
 	if (!key_unique)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("key \"%s\" of queue \"%s\" is not guaranteed to be unique and not null",
-						c_key, queue),
+						reg->c_key, reg->queue),
 				 errdetail("A claimed row's lease is released by its key: rows sharing a key, or "
 						   "with a NULL key, would keep their leases until they expire."),
 				 errhint("Use the primary key (leave key out), or a key with a unique index on "
 						 "exactly it and NOT NULL columns, for example: CREATE UNIQUE INDEX ON %s "
 						 "(%s); ALTER TABLE %s ALTER COLUMN ... SET NOT NULL.",
-						 fs_qualified_name(ready_relid),
-						 IsA(fs_strip_relabel(key), Var) ? c_key : psprintf("(%s)", c_key),
-						 fs_qualified_name(ready_relid))));
-	if (!OidIsValid(indexoid))
+						 fs_qualified_name(reg->ready_relid),
+						 IsA(fs_strip_relabel(reg->key), Var) ? reg->c_key :
+						 psprintf("(%s)", reg->c_key),
+						 fs_qualified_name(reg->ready_relid))));
+	if (!OidIsValid(reg->indexoid))
 	{
-		index_name = ChooseRelationName(RelationGetRelationName(ready), NULL, "fs_fair",
-										RelationGetNamespace(ready), false);
-		index_sql = fs_index_definition(ready, index_name, tenant, order, c_ready_filter);
+		reg->index_name = ChooseRelationName(RelationGetRelationName(ready), NULL, "fs_fair",
+											 RelationGetNamespace(ready), false);
+		reg->index_sql = fs_index_definition(ready, reg->index_name, reg->tenant, reg->order,
+											 reg->c_ready_filter);
 	}
-	namespace = RelationGetNamespace(ready);
-	key_type = exprType(key);
+}
 
-	/* DDL on the tables needs them closed (they stay locked). */
-	if (running != NULL && running != ready)
-		relation_close(running, NoLock);
-	relation_close(ready, NoLock);
-
-	if (index_sql != NULL && create_index)
+/*
+ * Create the missing index if asked to (the tables closed, still locked),
+ * else warn that claims have none to walk.
+ */
+static void
+fs_registration_make_index(FsRegistration *reg, Oid namespace)
+{
+	if (reg->index_sql == NULL)
+		return;
+	if (!reg->create_index)
 	{
-		fs_create_index(queue, ready_relid, index_sql);
-		indexoid = get_relname_relid(index_name, namespace);
-		index_created = true;
-	}
-	else if (index_sql != NULL)
 		ereport(WARNING,
 				(errcode(ERRCODE_WARNING),
 				 errmsg("table %s has no index that serves fair claims of queue \"%s\"",
-						get_rel_name(ready_relid), queue),
-				 errhint("Create it, for example: %s", index_sql)));
+						get_rel_name(reg->ready_relid), reg->queue),
+				 errhint("Create it, for example: %s", reg->index_sql)));
+		return;
+	}
+	fs_create_index(reg->queue, reg->ready_relid, reg->index_sql);
+	reg->indexoid = get_relname_relid(reg->index_name, namespace);
+	reg->index_created = true;
+}
 
-	/* The row, as the extension's owner (the caller's rights were checked). */
+/* A text argument of the registration's row: NULL stays NULL. */
+static inline Datum
+fs_text_or_null_datum(const char *s)
+{
+	return s ? CStringGetTextDatum(s) : (Datum) 0;
+}
+
+/* Store the registration's row, as the extension's owner (the caller's rights were checked). */
+static void
+fs_registration_store(const FsRegistration *reg)
+{
+	StringInfoData sql;
+	Oid			argtypes[17];
+	Datum		values[17];
+	char		nulls[17];
+	int			nargs = 0;
+
 	initStringInfo(&sql);
 	appendStringInfo(&sql,
 					 "INSERT INTO %s.fs_fair_queues AS q (queue, ready_table, tenant, order_by,"
@@ -686,48 +693,105 @@ fs_register_queue(PG_FUNCTION_ARGS)
 					 fs_ext_schema());
 #define FS_ARG(type, value, isnull) \
 	(argtypes[nargs] = (type), values[nargs] = (value), nulls[nargs++] = (isnull) ? 'n' : ' ')
-	FS_ARG(TEXTOID, CStringGetTextDatum(queue), false);
-	FS_ARG(REGCLASSOID, ObjectIdGetDatum(ready_relid), false);
-	FS_ARG(TEXTOID, CStringGetTextDatum(c_tenant), false);
-	FS_ARG(TEXTOID, CStringGetTextDatum(c_order), false);
-	FS_ARG(TEXTOID, c_ready_filter ? CStringGetTextDatum(c_ready_filter) : (Datum) 0, !c_ready_filter);
-	FS_ARG(TEXTOID, c_claim_filter ? CStringGetTextDatum(c_claim_filter) : (Datum) 0, !c_claim_filter);
-	FS_ARG(TEXTOID, CStringGetTextDatum(c_key), false);
-	FS_ARG(REGTYPEOID, ObjectIdGetDatum(key_type), false);
-	FS_ARG(REGCLASSOID, ObjectIdGetDatum(running_relid), !OidIsValid(running_relid));
-	FS_ARG(TEXTOID, c_running_filter ? CStringGetTextDatum(c_running_filter) : (Datum) 0,
-		   c_running_filter == NULL);
-	FS_ARG(TEXTOID, c_running_key ? CStringGetTextDatum(c_running_key) : (Datum) 0,
-		   c_running_key == NULL);
-	FS_ARG(TEXTOID, c_cost ? CStringGetTextDatum(c_cost) : (Datum) 0, c_cost == NULL);
-	FS_ARG(BOOLOID, BoolGetDatum(charge_runtime), false);
-	FS_ARG(REGCLASSOID, ObjectIdGetDatum(indexoid), !OidIsValid(indexoid));
-	FS_ARG(BOOLOID, BoolGetDatum(index_created), false);
+	FS_ARG(TEXTOID, CStringGetTextDatum(reg->queue), false);
+	FS_ARG(REGCLASSOID, ObjectIdGetDatum(reg->ready_relid), false);
+	FS_ARG(TEXTOID, CStringGetTextDatum(reg->c_tenant), false);
+	FS_ARG(TEXTOID, CStringGetTextDatum(reg->c_order), false);
+	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_ready_filter), !reg->c_ready_filter);
+	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_claim_filter), !reg->c_claim_filter);
+	FS_ARG(TEXTOID, CStringGetTextDatum(reg->c_key), false);
+	FS_ARG(REGTYPEOID, ObjectIdGetDatum(reg->key_type), false);
+	FS_ARG(REGCLASSOID, ObjectIdGetDatum(reg->running_relid), !OidIsValid(reg->running_relid));
+	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_running_filter), !reg->c_running_filter);
+	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_running_key), !reg->c_running_key);
+	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_cost), !reg->c_cost);
+	FS_ARG(BOOLOID, BoolGetDatum(reg->charge_runtime), false);
+	FS_ARG(REGCLASSOID, ObjectIdGetDatum(reg->indexoid), !OidIsValid(reg->indexoid));
+	FS_ARG(BOOLOID, BoolGetDatum(reg->index_created), false);
 	FS_ARG(REGROLEOID, ObjectIdGetDatum(GetUserId()), false);
-	FS_ARG(TEXTOID, c_enqueued_at ? CStringGetTextDatum(c_enqueued_at) : (Datum) 0,
-		   c_enqueued_at == NULL);
+	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_enqueued_at), !reg->c_enqueued_at);
 #undef FS_ARG
+	Assert(nargs == lengthof(values));
 	fs_spi_as_extension_owner(sql.data, nargs, argtypes, values, nulls);
+}
+
+/*
+ * fs_register_queue(queue, ready_table, tenant, order_by, filter, key,
+ *					 running_table, running_filter, running_key, cost,
+ *					 charge_runtime, create_index, enqueued_at) RETURNS fs_fair_queues
+ */
+Datum
+fs_register_queue(PG_FUNCTION_ARGS)
+{
+	FsRegistration reg;
+	Relation	ready;
+	Relation	running = NULL;
+	Oid			namespace;
+	Oid			old_ready = InvalidOid;
+	Oid			old_running = InvalidOid;
+	Oid			old_index = InvalidOid;
+	bool		old_index_created = false;
+	HeapTuple	old;
+	TupleDesc	old_desc;
+	HeapTupleHeader result;
+
+	fs_check_loaded();
+	fs_registration_args(fcinfo, &reg);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	ready = fs_open_table(reg.ready_relid, "ready_table", reg.queue);
+	if (OidIsValid(reg.running_relid))
+		running = reg.running_relid == reg.ready_relid ? ready :
+			fs_open_table(reg.running_relid, "running_table", reg.queue);
+
+	/* Re-registering a queue is for whoever may change its current table. */
+	old = fs_registration_row(reg.queue, &old_desc);
+	if (old != NULL)
+	{
+		bool		isnull;
+
+		old_ready = fs_row_oid(old, old_desc, "ready_table");
+		old_running = fs_row_oid(old, old_desc, "running_table");
+		old_index = fs_row_oid(old, old_desc, "ready_index");
+		old_index_created = DatumGetBool(SPI_getbinval(old, old_desc,
+													   SPI_fnumber(old_desc, "index_created"),
+													   &isnull));
+		fs_check_may_replace(old, old_desc, reg.queue, "register it again");
+	}
+
+	fs_registration_compile(&reg, ready, running);
+	fs_registration_check_key(&reg, ready);
+	namespace = RelationGetNamespace(ready);
+
+	/* DDL on the tables needs them closed (they stay locked). */
+	if (running != NULL && running != ready)
+		relation_close(running, NoLock);
+	relation_close(ready, NoLock);
+
+	fs_registration_make_index(&reg, namespace);
+	fs_registration_store(&reg);
 
 	/* An index this queue created before and no longer uses. */
-	if (old_index_created && old_index != indexoid)
-		fs_drop_created_index(old_index, queue);
+	if (old_index_created && old_index != reg.indexoid)
+		fs_drop_created_index(old_index, reg.queue);
 
 	/* Triggers on every table the old and new registration touch. */
-	fs_sync_triggers(ready_relid);
-	if (OidIsValid(running_relid) && running_relid != ready_relid)
-		fs_sync_triggers(running_relid);
-	if (OidIsValid(old_ready) && old_ready != ready_relid && old_ready != running_relid)
+	fs_sync_triggers(reg.ready_relid);
+	if (OidIsValid(reg.running_relid) && reg.running_relid != reg.ready_relid)
+		fs_sync_triggers(reg.running_relid);
+	if (OidIsValid(old_ready) && old_ready != reg.ready_relid && old_ready != reg.running_relid)
 		fs_sync_triggers(old_ready);
-	if (OidIsValid(old_running) && old_running != ready_relid && old_running != running_relid &&
-		old_running != old_ready)
+	if (OidIsValid(old_running) && old_running != reg.ready_relid &&
+		old_running != reg.running_relid && old_running != old_ready)
 		fs_sync_triggers(old_running);
 
-	fs_track_registration_changed(queue, false);
+	fs_track_registration_changed(reg.queue, false);
 
-	old = fs_registration_row(queue, &old_desc);
+	old = fs_registration_row(reg.queue, &old_desc);
 	if (old == NULL)
-		elog(ERROR, "the registration of queue \"%s\" was not stored", queue);
+		elog(ERROR, "the registration of queue \"%s\" was not stored", reg.queue);
 	result = SPI_returntuple(old, old_desc);
 	SPI_finish();
 	PG_RETURN_HEAPTUPLEHEADER(result);
