@@ -275,28 +275,16 @@ fs_fair_resync_count_reported(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_
 }
 
 /*
- * The second half of a recount: give every counted tenant an entry in the
- * fair order and adjust each tenant by what it was off at the snapshot.
- * Returns the ready rows counted, or -1 if the queue was forgotten meanwhile.
+ * The counted rows of the count query's result (SPI_tuptable), per tenant:
+ * a hash of FsCount by name.  Rows whose tenant is NULL or not a valid name
+ * are never claimed: they add to *without.
  */
-static int64
-fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat,
-					 uint64 forget_gen, int *tenants)
+static HTAB *
+fs_recount_read(int64 *without)
 {
 	HASHCTL		info;
 	HTAB	   *counts;
-	HASH_SEQ_STATUS seq;
-	FsCount    *c;
-	int64		total = 0;
-	int64		without = 0;
-	int64		untracked = 0;
-	int			ntenants = 0;
 	uint64		r;
-	int32		i;
-	int32		k;
-	FsAdjust   *list;
-	int32		nlist = 0;
-	bool	   *matched;
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = FS_NAME_BUFLEN;
@@ -314,17 +302,18 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		text	   *t;
 		int			len;
 		char		buf[FS_NAME_BUFLEN];
+		FsCount    *c;
 
 		if (name_null)
 		{
-			without += rows;
+			*without += rows;
 			continue;
 		}
 		t = DatumGetTextPP(name);
 		len = VARSIZE_ANY_EXHDR(t);
 		if (len == 0 || len > FS_NAME_MAXLEN || (len == 1 && *VARDATA_ANY(t) == '*'))
 		{
-			without += rows;
+			*without += rows;
 			continue;
 		}
 		memcpy(buf, VARDATA_ANY(t), len);
@@ -334,12 +323,22 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		c->rows = rows;
 		c->entry = NULL;
 	}
+	return counts;
+}
 
-	/*
-	 * Every counted tenant gets an entry, pinned in the fair order; unless
-	 * the queue was forgotten since the snapshot (below), which would leave
-	 * them pinned with counts that do not add up.
-	 */
+/*
+ * Every counted tenant gets an entry, pinned in the fair order; unless the
+ * queue was forgotten since the snapshot (then it stops: the caller sees
+ * it), which would leave them pinned with counts that do not add up.  Rows
+ * of tenants shared memory has no room for add to *untracked.
+ */
+static void
+fs_recount_pin(FsFairDesc *desc, FsFairQueue *fq, HTAB *counts, uint64 forget_gen,
+			   int64 *untracked)
+{
+	HASH_SEQ_STATUS seq;
+	FsCount    *c;
+
 	hash_seq_init(&seq, counts);
 	while ((c = hash_seq_search(&seq)) != NULL)
 	{
@@ -349,7 +348,7 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 
 		if (entry == NULL)
 		{
-			untracked += c->rows;
+			*untracked += c->rows;
 			c->rows = 0;
 			continue;
 		}
@@ -367,20 +366,31 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 			break;
 		}
 	}
+}
+
+/*
+ * What to adjust: every tenant that had rows at the snapshot (`at`, sorted
+ * here) and every counted one, each once, by what it was off.  All are
+ * pinned in the fair order while the queue is being recounted (a tenant
+ * leaves it only when drained, which a recount holds back, or when the
+ * queue is forgotten, which is checked), but for a counted tenant whose
+ * push failed; an entry is matched by its generation, so a reused one is
+ * never taken for the tenant it was.  Returns the list, its length in
+ * *nlist.
+ */
+static FsAdjust *
+fs_recount_adjustments(HTAB *counts, FsCountAt *at, int32 nat, int32 *nlist)
+{
+	HASH_SEQ_STATUS seq;
+	FsCount    *c;
+	FsAdjust   *list;
+	bool	   *matched;
+	int32		i;
 
 	qsort(at, nat, sizeof(FsCountAt), fs_count_at_cmp);
-
-	/*
-	 * What to adjust: every tenant that had rows at the snapshot (`at`) and
-	 * every counted one, each once, by what it was off.  All are pinned in
-	 * the fair order while the queue is being recounted (a tenant leaves it
-	 * only when drained, which a recount holds back, or when the queue is
-	 * forgotten, which is checked), but for a counted tenant whose push
-	 * failed; an entry is matched by its generation, so a reused one is
-	 * never taken for the tenant it was.
-	 */
 	list = palloc(sizeof(FsAdjust) * ((Size) nat + hash_get_num_entries(counts)));
 	matched = palloc0(sizeof(bool) * Max(nat, 1));
+	*nlist = 0;
 	hash_seq_init(&seq, counts);
 	while ((c = hash_seq_search(&seq)) != NULL)
 	{
@@ -393,7 +403,7 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		key.tenant = c->entry;
 		key.generation = c->generation;
 		found = bsearch(&key, at, nat, sizeof(FsCountAt), fs_count_at_cmp);
-		a = &list[nlist++];
+		a = &list[(*nlist)++];
 		a->entry = c->entry;
 		a->generation = c->generation;
 		a->counted = c->rows;
@@ -404,13 +414,39 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 	for (i = 0; i < nat; i++)
 		if (!matched[i])
 		{
-			FsAdjust   *a = &list[nlist++];
+			FsAdjust   *a = &list[(*nlist)++];
 
 			a->entry = at[i].tenant;
 			a->generation = at[i].generation;
 			a->counted = 0;
 			a->live_at = at[i].rows;
 		}
+	pfree(matched);
+	return list;
+}
+
+/*
+ * The second half of a recount: give every counted tenant an entry in the
+ * fair order and adjust each tenant by what it was off at the snapshot.
+ * Returns the ready rows counted, or -1 if the queue was forgotten meanwhile.
+ */
+static int64
+fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat,
+					 uint64 forget_gen, int *tenants)
+{
+	HTAB	   *counts;
+	int64		total = 0;
+	int64		without = 0;
+	int64		untracked = 0;
+	int			ntenants = 0;
+	int32		i;
+	int32		k;
+	FsAdjust   *list;
+	int32		nlist;
+
+	counts = fs_recount_read(&without);
+	fs_recount_pin(desc, fq, counts, forget_gen, &untracked);
+	list = fs_recount_adjustments(counts, at, nat, &nlist);
 
 	/*
 	 * Adjusted a batch at a time, the queue's lock held for one batch: the

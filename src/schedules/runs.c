@@ -461,6 +461,153 @@ fs_take_reserve(FsRunTake *c, int n)
 }
 
 /*
+ * The runs of one due schedule (a row of the due query) as of `as_of`, per
+ * its catchup policy, into *d; d->error when they can no longer be
+ * computed (its time zone or expression became invalid), and the schedule
+ * stops.
+ */
+static void
+fs_take_schedule_runs(HeapTuple row, TupleDesc desc, TimestampTz as_of, FsDue *d)
+{
+	bool		isnull;
+	char	   *cron_text = TextDatumGetCString(SPI_getbinval(row, desc, DUE_CRON, &isnull));
+	char	   *zone_name = TextDatumGetCString(SPI_getbinval(row, desc, DUE_TIMEZONE, &isnull));
+	char	   *catchup_text = TextDatumGetCString(SPI_getbinval(row, desc, DUE_CATCHUP, &isnull));
+	TimestampTz pending = DatumGetTimestampTz(SPI_getbinval(row, desc, DUE_NEXT_RUN_AT, &isnull));
+	FsCron		cron;
+	FsCronError cron_error;
+	FsStepper	st;
+
+	memset(d, 0, sizeof(*d));
+	st.cron = &cron;
+	st.failed = false;
+	st.zone = fs_cron_find_zone(zone_name);
+	if (st.zone == NULL)
+		d->error = psprintf("time zone \"%s\" is no longer known to PostgreSQL; the schedule stopped",
+							zone_name);
+	else if (!fs_cron_parse_cstring(cron_text, &cron, &cron_error))
+		d->error = psprintf("cron expression \"%s\" is no longer valid (%s); the schedule stopped",
+							cron_text, cron_error.detail);
+	else
+	{
+		fs_due_runs(&st, fs_catchup_from_string(catchup_text), pending, as_of, d);
+		if (st.failed)
+		{
+			memset(d, 0, sizeof(*d));
+			d->error = psprintf("cannot compute the runs of \"%s\" in time zone \"%s\" after %s; the schedule stopped",
+								cron_text, zone_name, timestamptz_to_str(pending));
+		}
+	}
+}
+
+/* Add the advance of schedule `id` after handing out d's runs to a page. */
+static void
+fs_batch_advance(FsTakeBatch *b, Datum id, const FsDue *d)
+{
+	int			a = b->nadvance++;
+
+	b->a_id[a] = id;
+	b->a_next[a] = TimestampTzGetDatum(d->next);
+	b->a_next_null[a] = !d->has_next;
+	b->a_last[a] = TimestampTzGetDatum(d->last_for);
+	b->a_last_null[a] = !d->has_last;
+	b->a_state[a] = CStringGetTextDatum(d->nruns > 0 ? "claimed" : "skipped");
+	b->a_state_null[a] = !(d->nruns > 0 || d->skipped);
+	b->a_error[a] = d->error ? CStringGetTextDatum(d->error) : (Datum) 0;
+	b->a_error_null[a] = d->error == NULL;
+}
+
+/*
+ * Write a page: its ledger rows, then the schedules' advance.  Returns the
+ * runs whose ledger row this page inserted (NULL: all of them, or none to
+ * insert), see fs_insert_ledger().
+ */
+static HTAB *
+fs_take_page_write(const FsTakeBatch *b, TimestampTz now)
+{
+	Datum		args[8];
+	char		nulls[8];
+	HTAB	   *inserted = NULL;
+
+	if (b->nledger > 0)
+	{
+		args[0] = fs_array(b->l_id, NULL, b->nledger, INT8OID);
+		args[1] = fs_array(b->l_for, NULL, b->nledger, TIMESTAMPTZOID);
+		args[2] = fs_array(b->l_owner_oid, NULL, b->nledger, OIDOID);
+		args[3] = fs_array(b->l_owner, NULL, b->nledger, TEXTOID);
+		args[4] = fs_array(b->l_name, NULL, b->nledger, TEXTOID);
+		args[5] = fs_array(b->l_state, NULL, b->nledger, TEXTOID);
+		args[6] = fs_array(b->l_missed, b->l_missed_null, b->nledger, TIMESTAMPTZOID);
+		args[7] = TimestampTzGetDatum(now);
+		inserted = fs_insert_ledger(args);
+	}
+	if (b->nadvance > 0)
+	{
+		args[0] = fs_array(b->a_id, NULL, b->nadvance, INT8OID);
+		args[1] = fs_array(b->a_next, b->a_next_null, b->nadvance, TIMESTAMPTZOID);
+		args[2] = fs_array(b->a_last, b->a_last_null, b->nadvance, TIMESTAMPTZOID);
+		args[3] = fs_array(b->a_state, b->a_state_null, b->nadvance, TEXTOID);
+		args[4] = fs_array(b->a_error, b->a_error_null, b->nadvance, TEXTOID);
+		args[5] = TimestampTzGetDatum(now);
+		memset(nulls, ' ', sizeof(nulls));
+		fs_execute(Q_ADVANCE, args, nulls, false, 0);
+	}
+	return inserted;
+}
+
+/*
+ * Hand out the page's runs whose ledger row it inserted (`inserted`, NULL:
+ * all), copied out of SPI's memory into the caller's: `rows` are the due
+ * schedules they came from.
+ */
+static void
+fs_take_page_hand_out(FsRunTake *c, const FsTakeBatch *b, HeapTuple *rows, TupleDesc desc,
+					  HTAB *inserted, int nruns)
+{
+	int			i;
+
+	fs_take_reserve(c, nruns);
+	for (i = 0; i < b->nledger; i++)
+	{
+		int			source = b->l_source[i];
+		HeapTuple	row;
+		FsTakenRun *run;
+		bool		isnull;
+		Datum		payload;
+		MemoryContext old;
+
+		if (source < 0)
+			continue;
+		if (inserted != NULL)
+		{
+			FsRunKey	key;
+
+			memset(&key, 0, sizeof(key));
+			key.schedule_id = DatumGetInt64(b->l_id[i]);
+			key.scheduled_for = DatumGetTimestampTz(b->l_for[i]);
+			if (hash_search(inserted, &key, HASH_FIND, NULL) == NULL)
+				continue;
+		}
+		row = rows[source];
+		run = &c->runs[c->nruns++];
+		run->schedule_id = DatumGetInt64(b->l_id[i]);
+		run->scheduled_for = DatumGetTimestampTz(b->l_for[i]);
+		run->owner_oid = DatumGetObjectId(b->l_owner_oid[i]);
+		old = MemoryContextSwitchTo(c->caller);
+		run->owner = TextDatumGetCString(b->l_owner[i]);
+		MemoryContextSwitchTo(old);
+		run->name = fs_copy_text(row, desc, DUE_NAME, c->caller);
+		run->tenant = fs_copy_text(row, desc, DUE_TENANT, c->caller);
+		run->queue = fs_copy_text(row, desc, DUE_QUEUE, c->caller);
+		run->command = fs_copy_text(row, desc, DUE_COMMAND, c->caller);
+		payload = SPI_getbinval(row, desc, DUE_PAYLOAD, &isnull);
+		old = MemoryContextSwitchTo(c->caller);
+		run->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/*
  * One page of a take: lock up to `limit` due schedules, work out their
  * runs, take at most `want` of them, record and advance.  Appends the
  * runs it hands out to *c, and adds to *nschedules the schedules it dealt
@@ -470,17 +617,15 @@ fs_take_reserve(FsRunTake *c, int n)
 static bool
 fs_take_page(FsRunTake *c, bool with_command, int64 only_schedule_id, int limit, int want,
 			 TimestampTz as_of, Oid taker, bool all_owners, TimestampTz now,
-			  int *nschedules)
+			 int *nschedules)
 {
-	Datum		args[8];
-	char		nulls[8];
+	Datum		args[5];
 	SPITupleTable *due;
 	uint64		ndue;
 	uint64		i;
 	FsTakeBatch batch;
-	int			nclaimed = 0;
-	HTAB	   *inserted = NULL;
-
+	int			ntaken = 0;
+	HTAB	   *inserted;
 	TransactionId horizon = GetLatestSnapshot()->xmin;
 	HeapTuple  *rows;
 
@@ -498,7 +643,7 @@ fs_take_page(FsRunTake *c, bool with_command, int64 only_schedule_id, int limit,
 	fs_batch_init(&batch, (Size) Max(ndue, 1),
 				  (Size) Min((uint64) want + ndue, ndue * FS_CATCHUP_ALL_CAP + 1));
 
-	for (i = 0; i < ndue && nclaimed < want; i++)
+	for (i = 0; i < ndue && ntaken < want; i++)
 	{
 		HeapTuple	row = rows[i];
 		TupleDesc	desc = due->tupdesc;
@@ -508,43 +653,16 @@ fs_take_page(FsRunTake *c, bool with_command, int64 only_schedule_id, int limit,
 		Datum		owner_name = SPI_getbinval(row, desc, DUE_OWNER, &isnull);
 		Datum		owner = CStringGetTextDatum(NameStr(*DatumGetName(owner_name)));
 		Datum		name = SPI_getbinval(row, desc, DUE_NAME, &isnull);
-		char	   *cron_text = TextDatumGetCString(SPI_getbinval(row, desc, DUE_CRON, &isnull));
-		char	   *zone_name = TextDatumGetCString(SPI_getbinval(row, desc, DUE_TIMEZONE, &isnull));
-		char	   *catchup_text = TextDatumGetCString(SPI_getbinval(row, desc, DUE_CATCHUP, &isnull));
-		TimestampTz pending = DatumGetTimestampTz(SPI_getbinval(row, desc, DUE_NEXT_RUN_AT, &isnull));
-		FsCron		cron;
-		FsCronError cron_error;
-		FsStepper	st;
 		FsDue		d;
-		int			a = batch.nadvance;
 		int			k;
 
-		memset(&d, 0, sizeof(d));
-		st.cron = &cron;
-		st.failed = false;
-		st.zone = fs_cron_find_zone(zone_name);
-		if (st.zone == NULL)
-			d.error = psprintf("time zone \"%s\" is no longer known to PostgreSQL; the schedule stopped",
-							   zone_name);
-		else if (!fs_cron_parse_cstring(cron_text, &cron, &cron_error))
-			d.error = psprintf("cron expression \"%s\" is no longer valid (%s); the schedule stopped",
-							   cron_text, cron_error.detail);
-		else
-		{
-			fs_due_runs(&st, fs_catchup_from_string(catchup_text), pending, as_of, &d);
-			if (st.failed)
-			{
-				memset(&d, 0, sizeof(d));
-				d.error = psprintf("cannot compute the runs of \"%s\" in time zone \"%s\" after %s; the schedule stopped",
-								   cron_text, zone_name, timestamptz_to_str(pending));
-			}
-		}
+		fs_take_schedule_runs(row, desc, as_of, &d);
 
-		/* Within `want`: claim the first runs, leave the rest pending. */
-		if (d.nruns > want - nclaimed)
+		/* Within `want`: take the first runs, leave the rest pending. */
+		if (d.nruns > want - ntaken)
 		{
 			c->more = true;
-			d.nruns = want - nclaimed;
+			d.nruns = want - ntaken;
 			d.has_next = true;
 			d.next = d.runs[d.nruns];
 			d.last_for = d.runs[d.nruns - 1];
@@ -553,21 +671,11 @@ fs_take_page(FsRunTake *c, bool with_command, int64 only_schedule_id, int limit,
 		for (k = 0; k < d.nruns; k++)
 			fs_batch_ledger(&batch, id, d.runs[k], owner_oid, owner, name, "claimed",
 							k == 0 && d.has_missed, d.missed_since, (int) i);
-		nclaimed += d.nruns;
+		ntaken += d.nruns;
 		if (d.skipped)
 			fs_batch_ledger(&batch, id, d.last_for, owner_oid, owner, name, "skipped",
 							d.has_missed, d.missed_since, -1);
-
-		batch.a_id[a] = id;
-		batch.a_next[a] = TimestampTzGetDatum(d.next);
-		batch.a_next_null[a] = !d.has_next;
-		batch.a_last[a] = TimestampTzGetDatum(d.last_for);
-		batch.a_last_null[a] = !d.has_last;
-		batch.a_state[a] = CStringGetTextDatum(d.nruns > 0 ? "claimed" : "skipped");
-		batch.a_state_null[a] = !(d.nruns > 0 || d.skipped);
-		batch.a_error[a] = d.error ? CStringGetTextDatum(d.error) : (Datum) 0;
-		batch.a_error_null[a] = d.error == NULL;
-		batch.nadvance++;
+		fs_batch_advance(&batch, id, &d);
 		if (d.error)
 			ereport(WARNING,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -577,72 +685,8 @@ fs_take_page(FsRunTake *c, bool with_command, int64 only_schedule_id, int limit,
 	}
 	*nschedules += batch.nadvance;
 
-	if (batch.nledger > 0)
-	{
-		args[0] = fs_array(batch.l_id, NULL, batch.nledger, INT8OID);
-		args[1] = fs_array(batch.l_for, NULL, batch.nledger, TIMESTAMPTZOID);
-		args[2] = fs_array(batch.l_owner_oid, NULL, batch.nledger, OIDOID);
-		args[3] = fs_array(batch.l_owner, NULL, batch.nledger, TEXTOID);
-		args[4] = fs_array(batch.l_name, NULL, batch.nledger, TEXTOID);
-		args[5] = fs_array(batch.l_state, NULL, batch.nledger, TEXTOID);
-		args[6] = fs_array(batch.l_missed, batch.l_missed_null, batch.nledger, TIMESTAMPTZOID);
-		args[7] = TimestampTzGetDatum(now);
-		inserted = fs_insert_ledger(args);
-	}
-
-	if (batch.nadvance > 0)
-	{
-		args[0] = fs_array(batch.a_id, NULL, batch.nadvance, INT8OID);
-		args[1] = fs_array(batch.a_next, batch.a_next_null, batch.nadvance, TIMESTAMPTZOID);
-		args[2] = fs_array(batch.a_last, batch.a_last_null, batch.nadvance, TIMESTAMPTZOID);
-		args[3] = fs_array(batch.a_state, batch.a_state_null, batch.nadvance, TEXTOID);
-		args[4] = fs_array(batch.a_error, batch.a_error_null, batch.nadvance, TEXTOID);
-		args[5] = TimestampTzGetDatum(now);
-		memset(nulls, ' ', sizeof(nulls));
-		fs_execute(Q_ADVANCE, args, nulls, false, 0);
-	}
-
-	/* Hand out the claimed runs, copied out of SPI's memory. */
-	fs_take_reserve(c, nclaimed);
-	for (i = 0; i < (uint64) batch.nledger; i++)
-	{
-		int			source = batch.l_source[i];
-		HeapTuple	row;
-		TupleDesc	desc = due->tupdesc;
-		FsTakenRun *run;
-		bool		isnull;
-		Datum		payload;
-		MemoryContext old;
-
-		if (source < 0)
-			continue;
-		if (inserted != NULL)
-		{
-			FsRunKey	key;
-
-			memset(&key, 0, sizeof(key));
-			key.schedule_id = DatumGetInt64(batch.l_id[i]);
-			key.scheduled_for = DatumGetTimestampTz(batch.l_for[i]);
-			if (hash_search(inserted, &key, HASH_FIND, NULL) == NULL)
-				continue;
-		}
-		row = rows[source];
-		run = &c->runs[c->nruns++];
-		run->schedule_id = DatumGetInt64(batch.l_id[i]);
-		run->scheduled_for = DatumGetTimestampTz(batch.l_for[i]);
-		run->owner_oid = DatumGetObjectId(batch.l_owner_oid[i]);
-		old = MemoryContextSwitchTo(c->caller);
-		run->owner = TextDatumGetCString(batch.l_owner[i]);
-		MemoryContextSwitchTo(old);
-		run->name = fs_copy_text(row, desc, DUE_NAME, c->caller);
-		run->tenant = fs_copy_text(row, desc, DUE_TENANT, c->caller);
-		run->queue = fs_copy_text(row, desc, DUE_QUEUE, c->caller);
-		run->command = fs_copy_text(row, desc, DUE_COMMAND, c->caller);
-		payload = SPI_getbinval(row, desc, DUE_PAYLOAD, &isnull);
-		old = MemoryContextSwitchTo(c->caller);
-		run->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
-		MemoryContextSwitchTo(old);
-	}
+	inserted = fs_take_page_write(&batch, now);
+	fs_take_page_hand_out(c, &batch, rows, due->tupdesc, inserted, ntaken);
 	SPI_freetuptable(due);
 	return ndue == (uint64) limit || ndue > (uint64) batch.nadvance;
 }
