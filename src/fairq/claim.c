@@ -176,17 +176,65 @@ fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum 
 }
 
 /*
- * One round: plan, admit, lock the rows, settle.  Returns the rows claimed;
- * *retry says whether another round may find more (a tenant was denied a
- * lease or came back short, and is now known not to have capacity or rows).
+ * Plan a round for `want` rows at `est_cost` each (room sized before the
+ * fair-order lock), and record it before anything can fail (in the room
+ * fs_track_claims_reserve() made), so that a rollback undoes it all.
+ * False when no tenant can be served.
  */
-static int32
-fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
-			   FsClaimOutput *out, bool *retry)
+static bool
+fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
+					TimestampTz now)
 {
 	FsFairQueue *fq = desc->fq;
-	FsPlan		plan;
-	float8		est_cost;
+	int			i;
+
+	/*
+	 * Tenants set aside are those at their ceiling (or dry) ahead of the
+	 * ones picked: a few per running job at most, so this bound is
+	 * generous; if it fills, the round ends early and the next one goes on.
+	 */
+	fs_plan_init(plan, want, Min(Max(fq->nitems, 0), 4 * want + 1024) + 1,
+				 2 * Max(fq->nfloor, 0) + 16);
+	/* Each planned tenant's reservation, and its settlement after the query. */
+	fs_track_claims_reserve(2 * want);
+	fs_gate_capacity(desc->queue, now, &plan->cap);
+	plan->budget_cost = fs_fair_budget_cost(desc);
+	plan->skip_dry = true;
+	plan->skipped_dry = false;
+	fs_plan_make(fq, plan, est_cost, now);
+	if (plan->ntenants == 0 && plan->skipped_dry)
+	{
+		/*
+		 * Work-conserving: tenants that came up short lately are passed
+		 * over, but not when they are all there is.
+		 */
+		plan->skip_dry = false;
+		fs_plan_make(fq, plan, est_cost, now);
+	}
+	if (plan->ntenants == 0)
+		return false;
+
+	for (i = 0; i < plan->ntenants; i++)
+	{
+		FsPlanTenant *pt = &plan->tenants[i];
+
+		fs_track_claim(desc, pt->name, pt->planned, pt->charge, pt->planned * pt->est_cost,
+					   plan->resync_gen, plan->vtime_before, plan->vtime_after);
+	}
+	fs_plan_split_starts(plan);
+	return true;
+}
+
+/*
+ * Admit the planned tenants' rows (leases, tokens) and run the claim query
+ * for them: each row it locks is handed out to `out` under its lease and
+ * tracked for the transaction's end, and its cost noted in costs[] (room
+ * for plan->want).  Returns the rows claimed.
+ */
+static int32
+fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, TimestampTz now,
+					 FsClaimOutput *out, float8 *costs)
+{
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 	ArrayType  *held;
@@ -199,130 +247,92 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	int			i;
 	TupleDesc	tupdesc;
 
-	est_cost = desc->cost != NULL ? fq->avg_cost :
-		desc->charge_runtime ? fq->avg_runtime_ms : 1.0;
-	est_cost = fs_fair_clamp_cost(est_cost, false);
-
-	/*
-	 * Sized before the lock.  Tenants set aside are those at their ceiling
-	 * (or dry) ahead of the ones picked: a few per running job at most, so
-	 * this bound is generous; if it fills, the round ends early and the
-	 * next one goes on.
-	 */
-	*retry = false;
-	fs_plan_init(&plan, want, Min(Max(fq->nitems, 0), 4 * want + 1024) + 1,
-				 2 * Max(fq->nfloor, 0) + 16);
-	/* Each planned tenant's reservation, and its settlement after the query. */
-	fs_track_claims_reserve(2 * want);
-	fs_gate_capacity(desc->queue, now, &plan.cap);
-	plan.budget_cost = fs_fair_budget_cost(desc);
-	plan.skip_dry = true;
-	plan.skipped_dry = false;
-	fs_plan_make(fq, &plan, est_cost, now);
-	if (plan.ntenants == 0 && plan.skipped_dry)
-	{
-		/*
-		 * Work-conserving: tenants that came up short lately are passed
-		 * over, but not when they are all there is.
-		 */
-		plan.skip_dry = false;
-		fs_plan_make(fq, &plan, est_cost, now);
-	}
-	if (plan.ntenants == 0)
-		return 0;
-
-	/*
-	 * Recorded before anything can fail (in the room reserved above), so a
-	 * rollback undoes it all.
-	 */
-	for (i = 0; i < plan.ntenants; i++)
-	{
-		FsPlanTenant *pt = &plan.tenants[i];
-
-		fs_track_claim(desc, pt->name, pt->planned, pt->charge, pt->planned * pt->est_cost,
-					   plan.resync_gen, plan.vtime_before, plan.vtime_after);
-	}
-	fs_plan_split_starts(&plan);
-
 	FS_FAULT_POINT("claim_query_args");
-	names = palloc(sizeof(Datum) * plan.ntenants);
-	counts = palloc(sizeof(Datum) * plan.ntenants);
-	index_of = palloc(sizeof(int) * plan.ntenants);
-	for (i = 0; i < plan.ntenants; i++)
+	names = palloc(sizeof(Datum) * plan->ntenants);
+	counts = palloc(sizeof(Datum) * plan->ntenants);
+	index_of = palloc(sizeof(int) * plan->ntenants);
+	for (i = 0; i < plan->ntenants; i++)
 	{
-		FsPlanTenant *pt = &plan.tenants[i];
+		FsPlanTenant *pt = &plan->tenants[i];
 
-		if (fs_claim_admit(desc->queue, pt, plan.budget_cost, lease_usecs, now) == 0)
+		if (fs_claim_admit(desc->queue, pt, plan->budget_cost, lease_usecs, now) == 0)
 			continue;
 		names[nquery] = CStringGetTextDatum(pt->name);
 		counts[nquery] = Int32GetDatum(pt->admitted);
 		index_of[nquery] = i;
 		nquery++;
 	}
+	if (nquery == 0)
+		return 0;
 
-	if (nquery > 0)
+	values[0] = PointerGetDatum(construct_array(names, nquery, TEXTOID, -1, false, TYPALIGN_INT));
+	values[1] = PointerGetDatum(construct_array(counts, nquery, INT4OID, 4, true, TYPALIGN_INT));
+	held = fs_track_held_keys(desc);
+	values[2] = PointerGetDatum(held);
+	nulls[2] = held == NULL ? 'n' : ' ';
+	fs_claim_execute(desc, &desc->claim_q, desc->claim_plan, values, nulls, "claim query");
+
+	tupdesc = SPI_tuptable->tupdesc;
+	for (r = 0; r < SPI_processed; r++)
 	{
-		values[0] = PointerGetDatum(construct_array(names, nquery, TEXTOID, -1, false, TYPALIGN_INT));
-		values[1] = PointerGetDatum(construct_array(counts, nquery, INT4OID, 4, true, TYPALIGN_INT));
-		held = fs_track_held_keys(desc);
-		values[2] = PointerGetDatum(held);
-		nulls[2] = held == NULL ? 'n' : ' ';
-		fs_claim_execute(desc, &desc->claim_q, desc->claim_plan, values, nulls, "claim query");
+		HeapTuple	tuple = SPI_tuptable->vals[r];
+		bool		isnull;
+		int64		ord = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+		FsPlanTenant *pt;
+		Datum		key;
+		bool		key_isnull;
+		float8		cost;
+		Datum		row;
+		int64		lease_id;
+		int			k;
 
-		tupdesc = SPI_tuptable->tupdesc;
-		for (r = 0; r < SPI_processed; r++)
-		{
-			HeapTuple	tuple = SPI_tuptable->vals[r];
-			bool		isnull;
-			int64		ord = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
-			FsPlanTenant *pt;
-			Datum		key;
-			bool		key_isnull;
-			float8		cost;
-			Datum		row;
-			int64		lease_id;
-			int			k;
+		if (ord < 1 || ord > nquery)
+			elog(ERROR, "fair dequeue claim query returned an unexpected row");
+		pt = &plan->tenants[index_of[ord - 1]];
+		k = pt->got;
+		if (k >= pt->admitted)
+			elog(ERROR, "fair dequeue claim query returned too many rows");
+		key = SPI_getbinval(tuple, tupdesc, 2, &key_isnull);
+		cost = DatumGetFloat8(SPI_getbinval(tuple, tupdesc, 3, &isnull));
+		cost = desc->cost != NULL ? fs_fair_clamp_cost(cost, isnull) : pt->est_cost;
+		row = SPI_getbinval(tuple, tupdesc, 4, &isnull);
+		lease_id = pt->leases[k];
 
-			if (ord < 1 || ord > nquery)
-				elog(ERROR, "fair dequeue claim query returned an unexpected row");
-			pt = &plan.tenants[index_of[ord - 1]];
-			k = pt->got;
-			if (k >= pt->admitted)
-				elog(ERROR, "fair dequeue claim query returned too many rows");
-			key = SPI_getbinval(tuple, tupdesc, 2, &key_isnull);
-			cost = DatumGetFloat8(SPI_getbinval(tuple, tupdesc, 3, &isnull));
-			cost = desc->cost != NULL ? fs_fair_clamp_cost(cost, isnull) : pt->est_cost;
-			row = SPI_getbinval(tuple, tupdesc, 4, &isnull);
-			lease_id = pt->leases[k];
-
-			pt->cost_fix += cost - pt->est_cost;
-			pt->served_fix += cost - pt->est_cost;
-			pt->got++;
-			fs_claim_output_add(out, pt->starts[k], lease_id, pt->name, row);
-			if (!fs_track_claimed_row(desc, pt->name, key, key_isnull, lease_id, cost,
-									  true, plan.resync_gen))
-				pt->unkeyed++;
-			if (desc->cost != NULL)
-				fs_fair_learn_cost(fq, cost);
-			claimed++;
-		}
+		pt->cost_fix += cost - pt->est_cost;
+		pt->served_fix += cost - pt->est_cost;
+		pt->got++;
+		fs_claim_output_add(out, pt->starts[k], lease_id, pt->name, row);
+		if (!fs_track_claimed_row(desc, pt->name, key, key_isnull, lease_id, cost,
+								  true, plan->resync_gen))
+			pt->unkeyed++;
+		costs[claimed++] = cost;
 	}
+	return claimed;
+}
 
-	for (i = 0; i < plan.ntenants; i++)
+/*
+ * Settle each planned tenant after the query: rows the query did not
+ * return (locked, or not claimable yet by the claim-time filter) give back
+ * their lease and their tokens now, since a tenant pays for the rows it
+ * gets, not for the rows it was admitted to; its tag and served work are
+ * corrected to what it got.  True when a tenant came back short (another
+ * round may find more).
+ */
+static bool
+fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now)
+{
+	bool		short_of_plan = false;
+	int			i;
+
+	for (i = 0; i < plan->ntenants; i++)
 	{
-		FsPlanTenant *pt = &plan.tenants[i];
+		FsPlanTenant *pt = &plan->tenants[i];
 		float8		tag_fix;
 		float8		served_fix;
 		int			k;
 
 		if (pt->got < pt->planned)
-			*retry = true;
-		/*
-		 * Rows the query did not return (locked, or not claimable yet by
-		 * the claim-time filter) give back their lease and their tokens
-		 * now: a tenant pays for the rows it gets, not for the rows it was
-		 * admitted to.
-		 */
+			short_of_plan = true;
 		for (k = pt->got; k < pt->admitted; k++)
 		{
 			int64		held;
@@ -330,17 +340,51 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 			(void) fs_slot_release(pt->leases[k], now, &held);
 			fs_budget_unclaim(desc->queue, pt->name, pt->taken[k]);
 		}
-		fs_plan_settle(desc->queue, &plan, pt, now, &tag_fix, &served_fix);
+		fs_plan_settle(desc->queue, plan, pt, now, &tag_fix, &served_fix);
 		if (pt->got != pt->planned || pt->unkeyed > 0 || tag_fix != 0 || served_fix != 0)
 			fs_track_claim(desc, pt->name, pt->got - pt->unkeyed - pt->planned, tag_fix,
-						   served_fix, plan.resync_gen, plan.vtime_before, plan.vtime_after);
+						   served_fix, plan->resync_gen, plan->vtime_before, plan->vtime_after);
 	}
+	return short_of_plan;
+}
+
+/*
+ * One round: plan, admit, lock the rows, settle.  Returns the rows claimed;
+ * *retry says whether another round may find more (a tenant was denied a
+ * lease or came back short, and is now known not to have capacity or rows).
+ */
+static int32
+fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
+			   FsClaimOutput *out, bool *retry)
+{
+	FsFairQueue *fq = desc->fq;
+	FsPlan		plan;
+	float8		est_cost;
+	float8	   *costs;
+	int32		claimed;
+	int32		i;
+
+	est_cost = desc->cost != NULL ? fq->avg_cost :
+		desc->charge_runtime ? fq->avg_runtime_ms : 1.0;
+	est_cost = fs_fair_clamp_cost(est_cost, false);
+
+	*retry = false;
+	if (!fs_claim_round_plan(desc, &plan, want, est_cost, now))
+		return 0;
+	costs = palloc(sizeof(float8) * Max(want, 1));
+	claimed = fs_claim_round_query(desc, &plan, lease_usecs, now, out, costs);
+	*retry = fs_claim_round_settle(desc, &plan, now);
 
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 	if (claimed == 0 && fq->vtime == plan.vtime_after)
 		fs_fair_set_vtime(fq, plan.vtime_before);
 	FS_FAIR_COUNT(fq, rows_claimed, claimed);
+	/* The rows' measured costs, in the order they came. */
+	if (desc->cost != NULL)
+		for (i = 0; i < claimed; i++)
+			fs_fair_learn_cost(fq, costs[i]);
 	LWLockRelease(fq->lock);
+	pfree(costs);
 	return claimed;
 }
 

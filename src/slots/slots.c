@@ -221,6 +221,68 @@ fs_local_find_pending(FsTenant *tenant, uint32 generation)
  * ----------------------------------------------------------------
  */
 
+/* What a slot decision found under the tenant's entry lock. */
+typedef enum FsSlotOutcome
+{
+	FS_SLOT_NO_ENTRY,			/* no state for the tenant: fail open */
+	FS_SLOT_GRANTED,			/* a slot counted: the lease is to be made */
+	FS_SLOT_DENIED,
+	FS_SLOT_SWEEP_FIRST			/* at the ceiling, but a lease of it may have
+								 * expired: sweep and decide again */
+} FsSlotOutcome;
+
+/*
+ * Decide for `tenant` of `queue` under its entry's lock, and count a slot
+ * if granted (taking over the slot of a lease this transaction releases:
+ * `pending`).  Fills the decision's figures; *entry_out and *generation
+ * say which entry holds the slot.
+ */
+static inline FsSlotOutcome
+fs_slot_decide(FsQueue *queue, const char *tenant, TimestampTz now, TimestampTz expires_at,
+			   bool swept, FsSlotDecision *decision, FsDecision *d, FsReason *deny_reason,
+			   FsTenant **entry_out, uint32 *generation, int *pending)
+{
+	FsTenantRef ref;
+	FsTenant   *entry;
+	FsGateCapacity cap;
+	FsSlotOutcome outcome;
+	int32		ceiling;
+
+	fs_gate_capacity(queue, now, &cap);
+	entry = fs_tenant_open(queue, tenant, FS_OPEN_CREATE, &ref);
+	if (entry == NULL)
+		return FS_SLOT_NO_ENTRY;
+
+	ceiling = fs_gate_ceiling(&cap, &ref.limits, deny_reason);
+	/* Set when the entry was made, under its partition lock, which we hold. */
+	*generation = entry->generation;
+	*pending = fs_local_find_pending(entry, *generation);
+
+	fs_tenant_lock(entry);
+	fs_tenant_touch(entry, now);
+	if (*pending >= 0 || entry->slots_in_use < ceiling)
+	{
+		outcome = FS_SLOT_GRANTED;
+		fs_tenant_slot_take(entry, expires_at);
+		fs_tenant_count_decision(entry, FS_REASON_GRANTED);
+	}
+	else if (entry->earliest_expiry <= now && !swept)
+		outcome = FS_SLOT_SWEEP_FIRST;
+	else
+	{
+		outcome = FS_SLOT_DENIED;
+		fs_tenant_count_decision(entry, *deny_reason);
+	}
+	d->runs_possible = Max(ceiling - entry->slots_in_use + (outcome == FS_SLOT_GRANTED ? 1 : 0), 0);
+	decision->slots_in_use = entry->slots_in_use;
+	fs_tenant_unlock(entry);
+	fs_tenant_close(&ref);
+
+	decision->ceiling = ceiling;
+	*entry_out = entry;
+	return outcome;
+}
+
 /*
  * Decide whether `tenant` of `queue` may take a slot, and take it.  On a
  * grant, decision->lease_id is the new lease; on a denial it is 0 and
@@ -236,20 +298,14 @@ void
 fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
 				TimestampTz now, FsSlotDecision *decision)
 {
-	FsTenantRef ref;
-	FsTenant   *entry;
-	FsGateCapacity cap;
+	FsTenant   *entry = NULL;
 	FsDecision	d;
 	TimestampTz expires_at = now + lease_usecs;
-	bool		swept = false;
-	bool		granted;
-	bool		need_sweep;
-	int			pending;
-	int32		ceiling;
-	FsReason	deny_reason;
+	FsSlotOutcome outcome;
+	FsReason	deny_reason = FS_REASON_GRANTED;
 	int64		lease_id = 0;
-	FsLease    *lease;
-	uint32		generation;
+	uint32		generation = 0;
+	int			pending = -1;
 	bool		count_ok;
 
 	decision->lease_id = 0;
@@ -265,50 +321,22 @@ fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,
 		goto fail_open;
 	d.queue_id = queue->queue_id;
 
-retry:
-	fs_gate_capacity(queue, now, &cap);
-	entry = fs_tenant_open(queue, tenant, FS_OPEN_CREATE, &ref);
-	if (entry == NULL)
+	outcome = fs_slot_decide(queue, tenant, now, expires_at, false, decision, &d, &deny_reason,
+							 &entry, &generation, &pending);
+	if (outcome == FS_SLOT_SWEEP_FIRST)
+	{
+		/*
+		 * One of its leases may have expired: free expired leases (a bounded
+		 * number: not a sweep of the table) and look again.
+		 */
+		(void) fs_lease_sweep(now, FS_SWEEP_INLINE_MAX);
+		outcome = fs_slot_decide(queue, tenant, now, expires_at, true, decision, &d,
+								 &deny_reason, &entry, &generation, &pending);
+	}
+	if (outcome == FS_SLOT_NO_ENTRY)
 		goto fail_open;
-
-	ceiling = fs_gate_ceiling(&cap, &ref.limits, &deny_reason);
-	/* Set when the entry was made, under its partition lock, which we hold. */
-	generation = entry->generation;
-	pending = fs_local_find_pending(entry, generation);
-	need_sweep = false;
-
-	fs_tenant_lock(entry);
-	fs_tenant_touch(entry, now);
-	granted = pending >= 0 || entry->slots_in_use < ceiling;
-	if (granted)
+	if (outcome == FS_SLOT_DENIED)
 	{
-		fs_tenant_slot_take(entry, expires_at);
-		fs_tenant_count_decision(entry, FS_REASON_GRANTED);
-	}
-	else
-	{
-		need_sweep = entry->earliest_expiry <= now && !swept;
-		if (!need_sweep)
-			fs_tenant_count_decision(entry, deny_reason);
-	}
-	d.runs_possible = Max(ceiling - entry->slots_in_use + (granted ? 1 : 0), 0);
-	decision->slots_in_use = entry->slots_in_use;
-	fs_tenant_unlock(entry);
-	fs_tenant_close(&ref);
-
-	decision->ceiling = ceiling;
-	if (!granted)
-	{
-		if (need_sweep)
-		{
-			/*
-			 * One of its leases may have expired: free expired leases (a
-			 * bounded number: not a sweep of the table) and look again.
-			 */
-			(void) fs_lease_sweep(now, FS_SWEEP_INLINE_MAX);
-			swept = true;
-			goto retry;
-		}
 		decision->reason = deny_reason;
 		d.reason = deny_reason;
 		fs_decision_log(&d);
@@ -317,8 +345,7 @@ retry:
 	pg_atomic_fetch_add_u32(&queue->slots_in_use, 1);
 
 	/* The slot is ours and pins the entry.  Record the lease. */
-	lease = fs_lease_insert(entry, generation, now, expires_at, &lease_id);
-	if (lease == NULL)
+	if (fs_lease_insert(entry, generation, now, expires_at, &lease_id) == NULL)
 	{
 		/* No room to track it: give the slot back and fail open. */
 		fs_tenant_lock(entry);
