@@ -161,6 +161,122 @@ fs_save_lease(const FsLeaseInfo *lease, void *arg)
 }
 
 /*
+ * The queues section, in id order: a queue's index in the file is its id.
+ * Copied out under the lock into room made before it (queues are only ever
+ * added: those counted first are there), written after.  Returns how many.
+ */
+static int
+fs_save_queues(StringInfo buf)
+{
+	int			nqueues = Min(fs_shared->num_queues, fs_max_queues);
+	FsQueueKey *queue_keys = palloc(sizeof(FsQueueKey) * Max(nqueues, 1));
+	Size		at;
+	int			i;
+
+	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
+	for (i = 0; i < nqueues; i++)
+		queue_keys[i] = fs_shared->queues[i]->key;
+	LWLockRelease(fs_shared->queues_lock);
+	at = fs_state_section_begin(buf, FS_SECTION_QUEUES, 0);
+	for (i = 0; i < nqueues; i++)
+		fs_state_write_queue(buf, &queue_keys[i]);
+	fs_state_section_end(buf, at, nqueues);
+	pfree(queue_keys);
+	return nqueues;
+}
+
+/*
+ * The tenants and the server-wide counters (a clean shutdown's file only:
+ * after a crash they start afresh).
+ */
+static void
+fs_save_tenants(FsSaveContext *ctx)
+{
+	StringInfo	buf = ctx->buf;
+	FsGlobalStats stats;
+	Size		at;
+	Size		room;
+
+	ctx->count = 0;
+	at = fs_state_section_begin(buf, FS_SECTION_TENANTS, 0);
+	/* Room for every entry now: the visitor runs under the table's locks. */
+	room = Min((Size) fs_max_tenants * FS_TENANT_ITEM_MAX, MaxAllocSize - (Size) buf->len - 1);
+	enlargeStringInfo(buf, (int) room);
+	fs_tenant_foreach(fs_save_tenant, ctx);
+	fs_state_section_end(buf, at, ctx->count);
+
+	SpinLockAcquire(&fs_shared->stats_mutex);
+	memcpy(&stats, &fs_shared->stats, sizeof(stats));
+	SpinLockRelease(&fs_shared->stats_mutex);
+	at = fs_state_section_begin(buf, FS_SECTION_STATS, 0);
+	fs_state_write_stats(buf, &stats);
+	fs_state_section_end(buf, at, 1);
+}
+
+/* The leases (tenants a lease names were created before it: queues suffice). */
+static void
+fs_save_leases(FsSaveContext *ctx)
+{
+	StringInfo	buf = ctx->buf;
+	Size		at;
+	Size		room;
+
+	ctx->count = 0;
+	at = fs_state_section_begin(buf, FS_SECTION_LEASES, 0);
+	/* As for tenants: no allocation while the lease locks are held. */
+	room = Min((Size) fs_max_leases * FS_LEASE_ITEM_MAX, MaxAllocSize - (Size) buf->len - 1);
+	enlargeStringInfo(buf, (int) room);
+	fs_lease_foreach(fs_save_lease, ctx);
+	fs_state_section_end(buf, at, ctx->count);
+}
+
+/*
+ * Write `buf` to the state file: written, flushed and renamed into place
+ * with no lock held.  Each writer has a temporary file of its own, and the
+ * rename is atomic, so writers that meet leave the file of one of them,
+ * whole.  Failures are reported at `elevel`; returns whether it worked.
+ */
+static bool
+fs_save_write(const StringInfo buf, int elevel)
+{
+	char		tmpfile[MAXPGPATH];
+	FILE	   *file;
+
+	snprintf(tmpfile, sizeof(tmpfile), "%s.%d.tmp", FS_STATE_FILE, MyProcPid);
+	file = AllocateFile(tmpfile, PG_BINARY_W);
+	if (file == NULL)
+	{
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not create fairshare state file \"%s\": %m", tmpfile)));
+		return false;
+	}
+	if (fwrite(buf->data, 1, buf->len, file) != (size_t) buf->len || fflush(file) != 0)
+	{
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not write fairshare state file \"%s\": %m", tmpfile)));
+		FreeFile(file);
+		unlink(tmpfile);
+		return false;
+	}
+	if (FreeFile(file) != 0)
+	{
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not close fairshare state file \"%s\": %m", tmpfile)));
+		unlink(tmpfile);
+		return false;
+	}
+	if (durable_rename(tmpfile, FS_STATE_FILE, elevel) != 0)
+	{
+		unlink(tmpfile);
+		return false;
+	}
+	return true;
+}
+
+/*
  * Write the state file.  Returns true on success; failures are reported at
  * `elevel` (LOG in the postmaster, WARNING or ERROR in a backend) and leave
  * the previous file in place.
@@ -173,16 +289,8 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	StringInfoData buf;
 	FsStateHeader header;
 	FsSaveContext ctx;
-	FsGlobalStats stats;
-	FsQueueKey *queue_keys;
-	Size		at;
-	Size		room;
-	int			nqueues;
-	int			i;
 	pg_crc32c	crc;
-	char		tmpfile[MAXPGPATH];
-	FILE	   *file;
-	bool		ok = false;
+	bool		ok;
 
 	if (fs_shared == NULL)
 		return false;
@@ -201,54 +309,12 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	header.next_lease_id = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
 	appendBinaryStringInfo(&buf, (char *) &header, sizeof(header));
 
-	/*
-	 * Queues, in id order: a queue's index in the file is its id.  Copied
-	 * out under the lock into room made before it (queues are only ever
-	 * added: those counted first are there), written after.
-	 */
-	nqueues = Min(fs_shared->num_queues, fs_max_queues);
-	queue_keys = palloc(sizeof(FsQueueKey) * Max(nqueues, 1));
-	LWLockAcquire(fs_shared->queues_lock, LW_SHARED);
-	for (i = 0; i < nqueues; i++)
-		queue_keys[i] = fs_shared->queues[i]->key;
-	LWLockRelease(fs_shared->queues_lock);
-	at = fs_state_section_begin(&buf, FS_SECTION_QUEUES, 0);
-	for (i = 0; i < nqueues; i++)
-		fs_state_write_queue(&buf, &queue_keys[i]);
-	fs_state_section_end(&buf, at, nqueues);
-	ctx.nqueues = (uint32) nqueues;
-
 	ctx.buf = &buf;
+	ctx.nqueues = (uint32) fs_save_queues(&buf);
 	if (kind == FS_STATE_CLEAN)
-	{
-		ctx.count = 0;
-		at = fs_state_section_begin(&buf, FS_SECTION_TENANTS, 0);
-		/* Room for every entry now: the visitor runs under the table's locks. */
-		room = Min((Size) fs_max_tenants * FS_TENANT_ITEM_MAX,
-				   MaxAllocSize - (Size) buf.len - 1);
-		enlargeStringInfo(&buf, (int) room);
-		fs_tenant_foreach(fs_save_tenant, &ctx);
-		fs_state_section_end(&buf, at, ctx.count);
-
-		SpinLockAcquire(&fs_shared->stats_mutex);
-		memcpy(&stats, &fs_shared->stats, sizeof(stats));
-		SpinLockRelease(&fs_shared->stats_mutex);
-		at = fs_state_section_begin(&buf, FS_SECTION_STATS, 0);
-		fs_state_write_stats(&buf, &stats);
-		fs_state_section_end(&buf, at, 1);
-	}
-
-	/* Tenants a lease names were created before the lease: queues suffice. */
-	ctx.count = 0;
-	at = fs_state_section_begin(&buf, FS_SECTION_LEASES, 0);
-	/* As for tenants: no allocation while the lease locks are held. */
-	room = Min((Size) fs_max_leases * FS_LEASE_ITEM_MAX, MaxAllocSize - (Size) buf.len - 1);
-	enlargeStringInfo(&buf, (int) room);
-	fs_lease_foreach(fs_save_lease, &ctx);
-	fs_state_section_end(&buf, at, ctx.count);
-
+		fs_save_tenants(&ctx);
+	fs_save_leases(&ctx);
 	fs_fairqueue_save_state(&buf, ctx.nqueues, kind == FS_STATE_CLEAN);
-
 	fs_state_section_begin(&buf, FS_SECTION_END, 0);
 
 	INIT_CRC32C(crc);
@@ -256,36 +322,7 @@ fs_statefile_save(FsStateKind kind, int elevel)
 	FIN_CRC32C(crc);
 	appendBinaryStringInfo(&buf, (char *) &crc, sizeof(crc));
 
-	/*
-	 * Written, flushed and renamed into place with no lock held: each writer
-	 * has a temporary file of its own, and the rename is atomic, so writers
-	 * that meet leave the file of one of them, whole.
-	 */
-	snprintf(tmpfile, sizeof(tmpfile), "%s.%d.tmp", FS_STATE_FILE, MyProcPid);
-	file = AllocateFile(tmpfile, PG_BINARY_W);
-	if (file == NULL)
-		ereport(elevel,
-				(errcode_for_file_access(),
-				 errmsg("could not create fairshare state file \"%s\": %m", tmpfile)));
-	else if (fwrite(buf.data, 1, buf.len, file) != (size_t) buf.len || fflush(file) != 0)
-	{
-		ereport(elevel,
-				(errcode_for_file_access(),
-				 errmsg("could not write fairshare state file \"%s\": %m", tmpfile)));
-		FreeFile(file);
-		unlink(tmpfile);
-	}
-	else if (FreeFile(file) != 0)
-	{
-		ereport(elevel,
-				(errcode_for_file_access(),
-				 errmsg("could not close fairshare state file \"%s\": %m", tmpfile)));
-		unlink(tmpfile);
-	}
-	else if (durable_rename(tmpfile, FS_STATE_FILE, elevel) != 0)
-		unlink(tmpfile);
-	else
-		ok = true;
+	ok = fs_save_write(&buf, elevel);
 
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(context);
@@ -501,6 +538,145 @@ fs_restore_tenant(FsStateItem *item, FsQueue **queues, FsQueueKey *queue_keys,
 	return true;
 }
 
+/* What applying a state file knows and has done so far. */
+typedef struct FsApply
+{
+	const FsStateHeader *header;
+	bool		clean;			/* from a clean shutdown */
+	TimestampTz now;
+	FsQueue   **queues;			/* by index in the file, created on use */
+	FsQueueKey *queue_keys;
+	uint64		nqueues;
+	uint64		tenants;
+	uint64		tenants_dropped;
+	uint64		leases;
+	uint64		leases_dropped;
+	uint64		leases_expired;
+} FsApply;
+
+/* The queues section: the queues' keys, by index (created when used). */
+static void
+fs_apply_queues(FsApply *a, FsReader *r, const FsSectionHeader *section, Size bytes)
+{
+	FsStateItem item;
+	Size		pos = 0;
+	uint64		i;
+
+	if (a->queues != NULL ||
+		(section->item_size != 0 && section->item_size != sizeof(FsQueueKey)))
+		return;
+	a->nqueues = section->count;
+	a->queues = palloc0(sizeof(FsQueue *) * Max(a->nqueues, 1));
+	a->queue_keys = palloc0(sizeof(FsQueueKey) * Max(a->nqueues, 1));
+	for (i = 0; i < a->nqueues; i++)
+	{
+		if (section->item_size != 0)
+			fs_read(r, &a->queue_keys[i], sizeof(FsQueueKey));
+		else if (fs_state_item_next(r->data + r->pos, bytes, &pos, &item))
+			fs_state_read_queue(&item, &a->queue_keys[i]);
+	}
+}
+
+/* The tenants section (after a clean shutdown only). */
+static void
+fs_apply_tenants(FsApply *a, FsReader *r, const FsSectionHeader *section, Size bytes)
+{
+	FsStateItem item;
+	Size		pos = 0;
+	uint64		i;
+
+	if (!a->clean || section->item_size != 0)
+		return;
+	for (i = 0; i < section->count; i++)
+	{
+		if (fs_state_item_next(r->data + r->pos, bytes, &pos, &item) &&
+			fs_restore_tenant(&item, a->queues, a->queue_keys, a->nqueues, a->now))
+			a->tenants++;
+		else
+			a->tenants_dropped++;
+	}
+}
+
+/*
+ * Restore one lease read from the file (live after a clean shutdown, an
+ * orphan after a crash), if it is still valid; counted in *a either way.
+ */
+static void
+fs_apply_lease(FsApply *a, FsLeaseRecord *record)
+{
+	FsQueue    *queue;
+	FsTenantKey key;
+	FsTenant   *entry;
+
+	if (record->expires_at <= a->now)
+	{
+		a->leases_expired++;
+		return;
+	}
+	queue = fs_restored_queue(a->queues, a->queue_keys, a->nqueues, record->queue_index);
+	/* Every id was handed out before the file was written. */
+	if (queue == NULL || !fs_name_ok(record->tenant) || record->lease_id <= 0 ||
+		record->lease_id >= a->header->next_lease_id ||
+		record->acquired_at > record->expires_at)
+	{
+		a->leases_dropped++;
+		return;
+	}
+	/* No lease is longer than an acquire or renew can make it. */
+	record->expires_at = Min(record->expires_at, a->now + FS_MAX_LEASE_USECS);
+	record->acquired_at = Min(record->acquired_at, a->now);
+	fs_tenant_key_init(&key, queue->queue_id, record->tenant);
+	entry = fs_tenant_insert_unlocked(&key);
+	if (entry == NULL ||
+		!fs_lease_restore(record->lease_id, entry, record->owner, record->acquired_at,
+						  record->expires_at, !a->clean))
+	{
+		a->leases_dropped++;
+		return;
+	}
+	a->leases++;
+}
+
+/* The leases section: field by field, or the raw records of versions 1 and 2. */
+static void
+fs_apply_leases(FsApply *a, FsReader *r, const FsSectionHeader *section, Size bytes)
+{
+	FsStateItem item;
+	Size		pos = 0;
+	uint64		i;
+
+	if (section->item_size != fs_lease_record_size(a->header->version))
+		return;
+	for (i = 0; i < section->count; i++)
+	{
+		FsLeaseRecord record;
+
+		if (section->item_size == 0)
+		{
+			if (!fs_state_item_next(r->data + r->pos, bytes, &pos, &item) ||
+				!fs_state_read_lease(&item, &record))
+			{
+				a->leases_dropped++;
+				continue;
+			}
+		}
+		else
+		{
+			/* Version 1 or 2: a version 1 lease has no owner. */
+			FsLeaseRecordV2 v2 = {{0}, InvalidOid};
+
+			fs_read(r, &v2, section->item_size);
+			record.lease_id = v2.v1.lease_id;
+			record.queue_index = v2.v1.queue_index;
+			memcpy(record.tenant, v2.v1.tenant, FS_NAME_BUFLEN);
+			record.acquired_at = v2.v1.acquired_at;
+			record.expires_at = v2.v1.expires_at;
+			record.owner = v2.owner;
+		}
+		fs_apply_lease(a, &record);
+	}
+}
+
 /*
  * Apply a checked state file to shared memory, in the postmaster before any
  * backend exists: queues as tenants and leases need them, tenants (from a
@@ -512,18 +688,12 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 {
 	FsReader	r = {data, len - sizeof(pg_crc32c), sizeof(FsStateHeader)};
 	FsSectionHeader section;
-	FsQueue   **queues = NULL;
-	FsQueueKey *queue_keys = NULL;
-	uint64		nqueues = 0;
-	bool		clean = header->kind == FS_STATE_CLEAN;
-	TimestampTz now = GetCurrentTimestamp();
-	uint64		tenants = 0,
-				tenants_dropped = 0,
-				leases = 0,
-				leases_dropped = 0,
-				leases_expired = 0;
-	uint64		i;
-	FsQueue    *queue;
+	FsApply		a;
+
+	memset(&a, 0, sizeof(a));
+	a.header = header;
+	a.clean = header->kind == FS_STATE_CLEAN;
+	a.now = GetCurrentTimestamp();
 
 	while (fs_read(&r, &section, sizeof(section)) && section.tag != FS_SECTION_END)
 	{
@@ -539,131 +709,48 @@ fs_statefile_apply(const char *data, Size len, const FsStateHeader *header)
 		switch (section.tag)
 		{
 			case FS_SECTION_QUEUES:
-				if (queues != NULL ||
-					(section.item_size != 0 && section.item_size != sizeof(FsQueueKey)))
-					break;
-				nqueues = section.count;
-				queues = palloc0(sizeof(FsQueue *) * Max(nqueues, 1));
-				queue_keys = palloc0(sizeof(FsQueueKey) * Max(nqueues, 1));
-				for (i = 0; i < nqueues; i++)
-				{
-					if (section.item_size != 0)
-						fs_read(&r, &queue_keys[i], sizeof(FsQueueKey));
-					else if (fs_state_item_next(r.data + r.pos, bytes, &pos, &item))
-						fs_state_read_queue(&item, &queue_keys[i]);
-				}
+				fs_apply_queues(&a, &r, &section, bytes);
 				break;
-
 			case FS_SECTION_TENANTS:
-				if (!clean || section.item_size != 0)
-					break;
-				for (i = 0; i < section.count; i++)
-				{
-					if (fs_state_item_next(r.data + r.pos, bytes, &pos, &item) &&
-						fs_restore_tenant(&item, queues, queue_keys, nqueues, now))
-						tenants++;
-					else
-						tenants_dropped++;
-				}
+				fs_apply_tenants(&a, &r, &section, bytes);
 				break;
-
 			case FS_SECTION_LEASES:
-				if (section.item_size != fs_lease_record_size(header->version))
-					break;
-				for (i = 0; i < section.count; i++)
-				{
-					FsLeaseRecord record;
-					FsTenantKey key;
-					FsTenant   *entry;
-
-					if (section.item_size == 0)
-					{
-						if (!fs_state_item_next(r.data + r.pos, bytes, &pos, &item) ||
-							!fs_state_read_lease(&item, &record))
-						{
-							leases_dropped++;
-							continue;
-						}
-					}
-					else
-					{
-						/* Version 1 or 2: a version 1 lease has no owner. */
-						FsLeaseRecordV2 v2 = {{0}, InvalidOid};
-
-						fs_read(&r, &v2, section.item_size);
-						record.lease_id = v2.v1.lease_id;
-						record.queue_index = v2.v1.queue_index;
-						memcpy(record.tenant, v2.v1.tenant, FS_NAME_BUFLEN);
-						record.acquired_at = v2.v1.acquired_at;
-						record.expires_at = v2.v1.expires_at;
-						record.owner = v2.owner;
-					}
-					if (record.expires_at <= now)
-					{
-						leases_expired++;
-						continue;
-					}
-					queue = fs_restored_queue(queues, queue_keys, nqueues, record.queue_index);
-					/* Every id was handed out before the file was written. */
-					if (queue == NULL || !fs_name_ok(record.tenant) || record.lease_id <= 0 ||
-						record.lease_id >= header->next_lease_id ||
-						record.acquired_at > record.expires_at)
-					{
-						leases_dropped++;
-						continue;
-					}
-					/* No lease is longer than an acquire or renew can make it. */
-					record.expires_at = Min(record.expires_at, now + FS_MAX_LEASE_USECS);
-					record.acquired_at = Min(record.acquired_at, now);
-					fs_tenant_key_init(&key, queue->queue_id, record.tenant);
-					entry = fs_tenant_insert_unlocked(&key);
-					if (entry == NULL ||
-						!fs_lease_restore(record.lease_id, entry, record.owner, record.acquired_at,
-										  record.expires_at, !clean))
-					{
-						leases_dropped++;
-						continue;
-					}
-					leases++;
-				}
+				fs_apply_leases(&a, &r, &section, bytes);
 				break;
-
 			case FS_SECTION_STATS:
-				if (clean && section.item_size == 0 && section.count == 1 &&
+				if (a.clean && section.item_size == 0 && section.count == 1 &&
 					fs_state_item_next(r.data + r.pos, bytes, &pos, &item))
 				{
 					fs_state_read_stats(&item, &fs_shared->stats);
-					if (fs_shared->stats.reset_at > now ||
-						fs_shared->stats.reset_at < now - FS_RESTORE_MAX_AGE)
-						fs_shared->stats.reset_at = now;
+					if (fs_shared->stats.reset_at > a.now ||
+						fs_shared->stats.reset_at < a.now - FS_RESTORE_MAX_AGE)
+						fs_shared->stats.reset_at = a.now;
 				}
 				break;
-
 			case FS_SECTION_FAIRQ_QUEUES:
 			case FS_SECTION_FAIRQ_CLAIMS:
 				if (section.item_size == 0)
 					fs_fairqueue_restore_section(section.tag, r.data + r.pos, bytes,
-												 section.count, queues, nqueues, clean,
+												 section.count, a.queues, a.nqueues, a.clean,
 												 header->next_lease_id);
 				break;
-
 			default:
 				break;
 		}
 		r.pos = next;
 	}
 
-	if (!clean)
-		fs_shared->stats.leases_orphaned += leases;
+	if (!a.clean)
+		fs_shared->stats.leases_orphaned += a.leases;
 
 	ereport(LOG,
 			(errmsg("fairshare restored %s state: " UINT64_FORMAT " tenants, " UINT64_FORMAT " %s",
-					clean ? "saved" : "crashed",
-					tenants, leases, clean ? "leases" : "leases to re-register on renew"),
-			 (tenants_dropped + leases_dropped + leases_expired) > 0 ?
+					a.clean ? "saved" : "crashed",
+					a.tenants, a.leases, a.clean ? "leases" : "leases to re-register on renew"),
+			 (a.tenants_dropped + a.leases_dropped + a.leases_expired) > 0 ?
 			 errdetail(UINT64_FORMAT " tenants and " UINT64_FORMAT " leases did not fit or were invalid; "
 					   UINT64_FORMAT " leases had expired.",
-					   tenants_dropped, leases_dropped, leases_expired) : 0));
+					   a.tenants_dropped, a.leases_dropped, a.leases_expired) : 0));
 }
 
 /*
