@@ -2,7 +2,7 @@
  *
  * shmem.c
  *	  fairshare's shared memory: the control structure, the queue table and
- *	  the (queue, tenant) table, and how idle tenant entries are evicted.
+ *	  the (queue, tenant) table (its eviction is in evict.c).
  *
  * LOCKING RULES (for all of fairshare's shared state)
  * ---------------------------------------------------
@@ -24,7 +24,7 @@
  *	  lease's own lock.  Whoever drops the last pin must not touch the entry
  *	  again.
  *
- * 3. Eviction (shared memory full) runs one pass at a time (the flag
+ * 3. Eviction (evict.c; shared memory full) runs one pass at a time (the flag
  *	  FsShared.evicting; others wait on evict_done), lists idle entries
  *	  a batch at a time (rule 3a), sorts with no lock held, and removes
  *	  each chosen entry under its own partition lock EXCLUSIVE.  Only on a miss with a full table: never on the path of a
@@ -112,34 +112,17 @@
  */
 #include "postgres.h"
 
-#include <math.h>
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
-#include "storage/ipc.h"
-#include "storage/shmem.h"
-#include "utils/hsearch.h"
 #include "utils/memutils.h"
-#include "utils/wait_event.h"
 
-#include "core/compat.h"
-#include "core/lockstats.h"
-#include "core/scanlist.h"
-#include "core/shmem.h"
+#include "core/shmem_int.h"
 #include "core/tenant.h"
-
-/* Entries evicted by one pass, as a share of the table (at least one). */
-#define FS_EVICT_FRACTION	0.05
-
-/*
- * After a pass that found nothing idle, fail open for this long instead (or
- * until a tenant lets go of a slot: fs_tenant_may_be_idle()).
- */
-#define FS_EVICT_BACKOFF_USECS	(USECS_PER_SEC)
 
 FsShared   *fs_shared = NULL;
 static HTAB *fs_queue_hash = NULL;
-static HTAB *fs_tenant_hash = NULL;
+HTAB	   *fs_tenant_hash = NULL;
 
 /* Backend-local cache of queue name -> FsQueue (queues never move). */
 typedef struct FsLocalQueue
@@ -156,8 +139,7 @@ fs_limits_resolve_hook_type fs_limits_resolve_hook = NULL;
 static HTAB *fs_local_queues = NULL;
 
 /* The tenant table's partition lists (scanlist.h). */
-static FsScanTable fs_tenant_scan;
-
+FsScanTable fs_tenant_scan;
 
 StaticAssertDecl(sizeof(FsTenant) <= 248,
 				 "a tenant entry must fit in 264 bytes with the hash table's overhead");
@@ -558,218 +540,6 @@ fs_tenant_restore(FsTenant *entry, const FsTenant *saved, TimestampTz oldest,
 }
 
 /*
- * A tenant may have become idle (it let go of a slot): end any eviction
- * back-off, so that the next miss looks again.  Writes shared memory only
- * while a back-off is in force.
- */
-void
-fs_tenant_may_be_idle(void)
-{
-	if (pg_atomic_read_u64(&fs_shared->evict_not_before) != 0)
-		pg_atomic_write_u64(&fs_shared->evict_not_before, 0);
-}
-
-/*
- * May this entry be evicted?  Only when forgetting it loses nothing a fresh
- * entry would not give back: no slot held, no orphan lease, no backlog, a
- * full token bucket, and nothing that the layers above keep in it and need
- * (fs_tenant_evictable_hook: the fair order's state).  Called with the
- * entry's spinlock held.
- */
-static bool
-fs_tenant_is_idle(FsTenant *entry, TimestampTz now)
-{
-	if (entry->slots_in_use > 0 || entry->orphan_leases > 0 || entry->ready_rows != 0)
-		return false;
-	return fs_budget_is_full(entry, now) &&
-		(fs_tenant_evictable_hook == NULL || fs_tenant_evictable_hook(entry));
-}
-
-typedef struct FsEvictCandidate
-{
-	FsTenantKey key;
-	TimestampTz touched_at;
-} FsEvictCandidate;
-
-/* What an eviction pass's scan collects (fs_evict_collect()). */
-typedef struct FsEvictScan
-{
-	FsEvictCandidate *candidates;	/* allocated before the scan */
-	int			count;
-	int			capacity;
-	TimestampTz now;
-} FsEvictScan;
-
-static int
-fs_evict_candidate_cmp(const void *a, const void *b)
-{
-	TimestampTz ta = ((const FsEvictCandidate *) a)->touched_at;
-	TimestampTz tb = ((const FsEvictCandidate *) b)->touched_at;
-
-	return (ta > tb) - (ta < tb);
-}
-
-/*
- * fs_scan_table() visitor of an eviction pass: note the entry, with when it
- * was last used, if it is idle.  Runs with the partition locks held: copies
- * and nothing else.
- */
-static void
-fs_evict_collect(void *hash_entry, void *arg)
-{
-	FsTenant   *entry = (FsTenant *) hash_entry;
-	FsEvictScan *scan = (FsEvictScan *) arg;
-	bool		idle;
-	TimestampTz touched_at;
-
-	if (scan->count >= scan->capacity)
-		return;
-	fs_tenant_lock(entry);
-	idle = fs_tenant_is_idle(entry, scan->now);
-	touched_at = entry->touched_at;
-	fs_tenant_unlock(entry);
-	if (idle)
-	{
-		scan->candidates[scan->count].key = entry->key;
-		scan->candidates[scan->count].touched_at = touched_at;
-		scan->count++;
-	}
-}
-
-static inline LWLock *fs_tenant_partition_lock(uint32 hashvalue);
-
-/*
- * Wait until the eviction pass that runs now ends, as a backend waits for
- * an LWLock: interrupts are held, not served, because an insert may evict
- * where no error may be raised (at the end of a transaction); a cancel that
- * comes meanwhile stays pending for the next CHECK_FOR_INTERRUPTS().  The
- * pass itself never waits and never fails, so the wait is as long as one
- * pass.
- */
-static void
-fs_evict_wait(void)
-{
-	HOLD_INTERRUPTS();
-	ConditionVariablePrepareToSleep(&fs_shared->evict_done);
-	while (!pg_atomic_unlocked_test_flag(&fs_shared->evicting))
-		ConditionVariableSleep(&fs_shared->evict_done, PG_WAIT_EXTENSION);
-	ConditionVariableCancelSleep();
-	RESUME_INTERRUPTS();
-}
-
-/*
- * Evict the least recently used idle entries (FS_EVICT_FRACTION of the
- * table).  Returns how many were evicted.
- *
- * This runs on a decision's path, so it must neither fail nor make
- * decisions queue up behind it for long: the work array is allocated without
- * failing on memory before any lock is taken, only one backend evicts at a
- * time (the others wait for its pass, then try again), and after a pass that
- * found nothing idle, no new pass starts for FS_EVICT_BACKOFF_USECS.
- *
- * Three steps, so that no lock is held for long and nothing is sorted under
- * one: list the idle entries a batch at a time (fs_scan_table(): one
- * partition lock for one batch, so a decision waits for one batch at
- * most), sort the list with no
- * lock held, then remove the oldest one at a time, each under its own
- * partition lock held EXCLUSIVE, after checking again that it is still
- * there and still idle (rule 2: nobody holds a pointer to an entry without
- * its partition lock or a pin).
- */
-static int
-fs_tenant_evict(TimestampTz now)
-{
-	FsTenant   *entry;
-	FsEvictScan scan;
-	int			want;
-	int			evicted = 0;
-	int			i;
-
-	if (now < (TimestampTz) pg_atomic_read_u64(&fs_shared->evict_not_before))
-		return 0;
-	scan.candidates = palloc_extended(sizeof(FsEvictCandidate) * fs_max_tenants,
-									  MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
-	if (scan.candidates == NULL)
-		return 0;
-	scan.count = 0;
-	scan.capacity = fs_max_tenants;
-	scan.now = now;
-	/*
-	 * One backend evicts at a time.  The others wait for its pass to end
-	 * (rather than fail open while it frees room) and then try their insert
-	 * again.  No LWLock marks the pass: it lasts longer than any LWLock may
-	 * be held.
-	 */
-	if (!pg_atomic_test_set_flag(&fs_shared->evicting))
-	{
-		fs_evict_wait();
-		pfree(scan.candidates);
-		return 0;
-	}
-	want = Max(1, (int) (fs_max_tenants * FS_EVICT_FRACTION));
-
-	fs_scan_table(&fs_tenant_scan, fs_evict_collect, &scan);
-
-	if (scan.count > want)
-		qsort(scan.candidates, scan.count, sizeof(FsEvictCandidate), fs_evict_candidate_cmp);
-
-	for (i = 0; i < scan.count && evicted < want; i++)
-	{
-		const FsTenantKey *key = &scan.candidates[i].key;
-		uint32		hashvalue = get_hash_value(fs_tenant_hash, key);
-		LWLock	   *lock = fs_tenant_partition_lock(hashvalue);
-		bool		idle = false;
-
-		LWLockAcquire(lock, LW_EXCLUSIVE);
-		entry = hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_FIND, NULL);
-		if (entry != NULL)
-		{
-			fs_tenant_lock(entry);
-			idle = fs_tenant_is_idle(entry, now);
-			fs_tenant_unlock(entry);
-		}
-		if (idle)
-		{
-			FsQueue    *queue = fs_shared->queues[key->queue_id];
-
-			fs_scan_list_remove(&entry->scan_link);
-			hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_REMOVE, NULL);
-			evicted++;
-			SpinLockAcquire(&queue->mutex);
-			queue->tenants--;
-			SpinLockRelease(&queue->mutex);
-		}
-		LWLockRelease(lock);
-	}
-
-	if (evicted == 0)
-		pg_atomic_write_u64(&fs_shared->evict_not_before, (uint64) (now + FS_EVICT_BACKOFF_USECS));
-	pg_atomic_clear_flag(&fs_shared->evicting);
-	ConditionVariableBroadcast(&fs_shared->evict_done);
-
-	pfree(scan.candidates);
-
-	SpinLockAcquire(&fs_shared->stats_mutex);
-	fs_shared->stats.evictions += evicted;
-	fs_shared->stats.eviction_passes++;
-	SpinLockRelease(&fs_shared->stats_mutex);
-
-	return evicted;
-}
-
-static inline uint32
-fs_tenant_partition(uint32 hashvalue)
-{
-	return hashvalue % FS_TENANT_PARTITIONS;
-}
-
-static inline LWLock *
-fs_tenant_partition_lock(uint32 hashvalue)
-{
-	return &fs_shared->tenant_locks[fs_tenant_partition(hashvalue)].lock;
-}
-
-/*
  * Look up (and optionally create) the entry of `tenant` in `queue`, with its
  * limits current.  On success the entry's partition lock is held (release it
  * with fs_tenant_close()) and ref->limits holds the limits to decide with.
@@ -1003,10 +773,10 @@ fs_tenant_report_broken(const char *file, int line)
 }
 
 /*
- * The debug build's check of one tenant entry and its queue, after a
- * decision (never under a lock of the caller's): counts never below zero,
- * a balance within its bounds, limits as the cache keeps them.  Reads
- * without SPI (stale limits are fine).
+ * The debug build's check of one tenant entry and its queue after a
+ * decision (never under a lock of the caller's): what every change checks
+ * (fs_tenant_invalid()), and, right after a touch, a balance within its
+ * bounds.  Reads without SPI (stale limits are fine).
  */
 void
 fs_debug_check_tenant(FsQueue *queue, const char *tenant)
@@ -1014,6 +784,7 @@ fs_debug_check_tenant(FsQueue *queue, const char *tenant)
 	FsTenantRef ref;
 	FsTenant   *entry;
 	FsTenant	copy;
+	const char *broken;
 
 	if (queue == NULL)
 		return;
@@ -1026,17 +797,11 @@ fs_debug_check_tenant(FsQueue *queue, const char *tenant)
 	fs_tenant_unlock(entry);
 	fs_tenant_close(&ref);
 
-	FS_INVARIANT(copy.slots_in_use >= 0);
-	FS_INVARIANT(copy.min_slots >= 0 && copy.min_slots <= copy.max_slots);
-	FS_INVARIANT(copy.weight > 0 && !isinf(copy.weight));
-	FS_INVARIANT(copy.throttle >= 0 && copy.throttle <= 1);
-	FS_INVARIANT(!isnan(copy.virtual_finish) && !isinf(copy.virtual_finish));
-	FS_INVARIANT(copy.served_ms >= 0 && !isinf(copy.served_ms));
+	broken = fs_tenant_invalid(&copy);
+	if (broken != NULL)
+		fs_invariant_failed(broken, __FILE__, __LINE__);
 	if (copy.budget_ms_per_minute >= 0)
-	{
-		FS_INVARIANT(!isnan(copy.token_balance) && !isinf(copy.token_balance));
 		FS_INVARIANT(copy.token_balance >=
 					 -FS_BUDGET_MAX_DEBT_MINUTES * copy.budget_ms_per_minute - 1e-6);
-	}
 }
 #endif

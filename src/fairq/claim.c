@@ -744,6 +744,81 @@ fs_ready_tenant_cmp(const void *a, const void *b)
 }
 
 /*
+ * May the caller list the tenants of `desc`'s queue?  It needs SELECT on
+ * the ready table, and row-level security must not restrict it there: the
+ * counts are of every ready row, whoever may see it (they are kept by
+ * triggers and recounted as the table's owner), so a caller the policies
+ * restrict would learn of tenants and rows they hide.  Only roles they do
+ * not apply to may list them (the owner, unless the table forces it, a
+ * role with BYPASSRLS, or anyone on a table without policies).  fs_claim()
+ * queries as the caller and respects them.
+ */
+static void
+fs_ready_tenants_check(FsFairDesc *desc)
+{
+	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to list the tenants of %s", desc->ready_name),
+				 errhint("fs_ready_tenants() needs SELECT on the queue's table.")));
+	fs_fair_check_schema_usage(desc, "fs_ready_tenants");
+	if (check_enable_rls(desc->ready_relid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to list the tenants of queue \"%s\": row-level security "
+						"restricts you on %s", desc->queue_name, desc->ready_name),
+				 errdetail("fs_ready_tenants() counts every ready row, including the rows the "
+						   "table's policies hide from you."),
+				 errhint("Call it as the table's owner or a role with BYPASSRLS, or claim with "
+						 "fs_claim(), which applies the policies.")));
+}
+
+/*
+ * List into `list` (room for `capacity`) the tenants of the fair order with
+ * ready rows, budget and a free slot; with `skip_dry`, not those that came
+ * up short lately (*skipped_dry says whether any was left out).  Returns
+ * how many.
+ */
+static int
+fs_ready_tenants_collect(FsFairQueue *fq, FsReadyTenant *list, int capacity,
+						 const FsGateCapacity *gate, float8 budget_cost, TimestampTz now,
+						 bool skip_dry, bool *skipped_dry)
+{
+	int			n = 0;
+	int			i;
+
+	LWLockAcquire(fq->lock, LW_SHARED);
+	for (i = 0; i < fq->nitems && n < capacity; i++)
+	{
+		FsHeapItem *item = fs_heap_at(fq, i);
+		FsTenantView v;
+		int32		ceiling;
+
+		fs_tenant_view(item->tenant, &v, now);
+		if (v.ready <= 0 || !fs_view_can_pay(&v, 1, budget_cost))
+			continue;
+		if (skip_dry && fs_item_dry(item, &v, now))
+		{
+			*skipped_dry = true;
+			continue;
+		}
+		ceiling = fs_plan_ceiling(gate, &v);
+		if (v.slots >= ceiling)
+			continue;
+		strlcpy(list[n].name, item->tenant->key.tenant, FS_NAME_BUFLEN);
+		list[n].ready = v.ready;
+		list[n].free_slots = ceiling - v.slots;
+		list[n].below_floor = v.slots < Min(v.limits.min_slots, ceiling);
+		list[n].tag = item->key;
+		list[n].start = Max(fq->vtime, item->key);
+		list[n].weight = v.limits.weight;
+		n++;
+	}
+	LWLockRelease(fq->lock);
+	return n;
+}
+
+/*
  * fs_ready_tenants(queue text, max_tenants int)
  *	 RETURNS TABLE(tenant text, ready_rows bigint, free_slots int,
  *				   virtual_start float8, weight float8)
@@ -760,12 +835,11 @@ fs_ready_tenants(PG_FUNCTION_ARGS)
 	int32		max_tenants;
 	ReturnSetInfo *rsinfo;
 	FsReadyTenant *list;
-	int			n = 0;
+	int			n;
 	int			capacity;
 	FsGateCapacity gate;
 	float8		budget_cost;
 	bool		skipped_dry = false;
-	int			pass;
 	TimestampTz now = fs_now();
 	int			i;
 
@@ -782,30 +856,7 @@ fs_ready_tenants(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_tenants must be positive, got %d", max_tenants),
 				 errhint("Pass how many tenants to list, for example 100.")));
-	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to list the tenants of %s", desc->ready_name),
-				 errhint("fs_ready_tenants() needs SELECT on the queue's table.")));
-	fs_fair_check_schema_usage(desc, "fs_ready_tenants");
-
-	/*
-	 * The counts are of every ready row, whoever may see it: they are kept
-	 * by triggers and recounted as the table's owner.  A caller whom
-	 * row-level security restricts on the table would learn of tenants and
-	 * rows it hides, so only roles it does not apply to may list them (the
-	 * owner, unless the table forces it, a role with BYPASSRLS, or anyone on
-	 * a table without it).  fs_claim() queries as the caller and respects it.
-	 */
-	if (check_enable_rls(desc->ready_relid, InvalidOid, true) == RLS_ENABLED)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to list the tenants of queue \"%s\": row-level security "
-						"restricts you on %s", desc->queue_name, desc->ready_name),
-				 errdetail("fs_ready_tenants() counts every ready row, including the rows the "
-						   "table's policies hide from you."),
-				 errhint("Call it as the table's owner or a role with BYPASSRLS, or claim with "
-						 "fs_claim(), which applies the policies.")));
+	fs_ready_tenants_check(desc);
 
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
@@ -825,37 +876,10 @@ fs_ready_tenants(PG_FUNCTION_ARGS)
 	 * Tenants that came up short lately are left out, unless they are all
 	 * there is (work-conserving, as fs_claim()).
 	 */
-	for (pass = 0; pass < 2 && n == 0 && (pass == 0 || skipped_dry); pass++)
-	{
-	LWLockAcquire(fq->lock, LW_SHARED);
-	for (i = 0; i < fq->nitems && n < capacity; i++)
-	{
-		FsHeapItem *item = fs_heap_at(fq, i);
-		FsTenantView v;
-		int32		ceiling;
-
-		fs_tenant_view(item->tenant, &v, now);
-		if (v.ready <= 0 || !fs_view_can_pay(&v, 1, budget_cost))
-			continue;
-		if (pass == 0 && fs_item_dry(item, &v, now))
-		{
-			skipped_dry = true;
-			continue;
-		}
-		ceiling = fs_plan_ceiling(&gate, &v);
-		if (v.slots >= ceiling)
-			continue;
-		strlcpy(list[n].name, item->tenant->key.tenant, FS_NAME_BUFLEN);
-		list[n].ready = v.ready;
-		list[n].free_slots = ceiling - v.slots;
-		list[n].below_floor = v.slots < Min(v.limits.min_slots, ceiling);
-		list[n].tag = item->key;
-		list[n].start = Max(fq->vtime, item->key);
-		list[n].weight = v.limits.weight;
-		n++;
-	}
-	LWLockRelease(fq->lock);
-	}
+	n = fs_ready_tenants_collect(fq, list, capacity, &gate, budget_cost, now, true, &skipped_dry);
+	if (n == 0 && skipped_dry)
+		n = fs_ready_tenants_collect(fq, list, capacity, &gate, budget_cost, now, false,
+									 &skipped_dry);
 
 	qsort(list, n, sizeof(FsReadyTenant), fs_ready_tenant_cmp);
 	for (i = 0; i < n && i < max_tenants; i++)

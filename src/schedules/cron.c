@@ -97,14 +97,13 @@ fs_cron_field_name(int field)
  * ----------------------------------------------------------------
  */
 
+static bool cron_fail(FsCronError *error, FsCronErrorCode code, int field, const char *hint,
+					  const char *fmt,...) __attribute__((format(printf, 5, 6)));
+
 /*
  * Fill in `error` (its code, the field it is about, a message made from
  * `fmt` and a hint) and return false: every parse error goes through here.
  */
-static bool
-cron_fail(FsCronError *error, FsCronErrorCode code, int field, const char *hint,
-		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
 static bool
 cron_fail(FsCronError *error, FsCronErrorCode code, int field, const char *hint,
 		  const char *fmt, ...)
@@ -484,31 +483,15 @@ some_month_has_day(uint16_t months, uint32_t days)
 }
 
 /*
- * Parse a cron expression of five fields (minute hour day-of-month month
- * day-of-week) or a macro (@daily, ...) into `cron`; false, with `error`
- * saying which field and why, when it is not valid.
+ * Split `text` on white space: every field is counted (returned), the
+ * first FS_CRON_NFIELDS kept in starts[] and lens[].
  */
-bool
-fs_cron_parse(const char *text, size_t len, FsCron *cron, FsCronError *error)
+static int
+cron_split(const char *text, size_t len, const char **starts, size_t *lens)
 {
-	const char *starts[FS_CRON_NFIELDS];
-	size_t		lens[FS_CRON_NFIELDS];
-	uint64_t	masks[FS_CRON_NFIELDS];
-	char		q[QUOTE_MAX * 4 + 8];
 	int			nfields = 0;
 	size_t		i = 0;
-	int			f;
 
-	memset(cron, 0, sizeof(*cron));
-	memset(error, 0, sizeof(*error));
-
-	if (len > FS_CRON_MAX_LENGTH)
-		return cron_fail(error, FS_CRON_TOO_LONG, FS_CRON_WHOLE,
-						 "Shorten the expression: use ranges (1-5) and steps (*/5) instead of long lists.",
-						 "The expression is %zu bytes long; the limit is %d.",
-						 len, FS_CRON_MAX_LENGTH);
-
-	/* Split on white space; count every field, keep the first five. */
 	while (i < len)
 	{
 		size_t		start;
@@ -527,44 +510,39 @@ fs_cron_parse(const char *text, size_t len, FsCron *cron, FsCronError *error)
 		}
 		nfields++;
 	}
+	return nfields;
+}
 
-	if (nfields == 0)
-		return cron_fail(error, FS_CRON_EMPTY, FS_CRON_WHOLE,
-						 "Write five fields: minute hour day-of-month month day-of-week, for example '0 3 * * *' for 03:00 every day.",
-						 "The expression is empty.");
+/* A shorthand (@daily, ...) alone in the expression: its five fields, parsed. */
+static bool
+cron_parse_macro(const char *word, size_t len, int nfields, FsCron *cron, FsCronError *error)
+{
+	char		q[QUOTE_MAX * 4 + 8];
+	size_t		m;
 
-	if (starts[0][0] == '@')
-	{
-		size_t		m;
-
-		if (nfields > 1)
-			return cron_fail(error, FS_CRON_FIELD_COUNT, FS_CRON_WHOLE, MACRO_HINT,
-							 "The shorthand %s is followed by more text.",
-							 quote_token(starts[0], lens[0], q, sizeof(q)));
-		if (word_equals(starts[0], lens[0], "@reboot"))
-			return cron_fail(error, FS_CRON_UNKNOWN_MACRO, FS_CRON_WHOLE, MACRO_HINT,
-							 "The shorthand \"@reboot\" is not supported: schedules run at times of day, not when the server starts.");
-		for (m = 0; m < sizeof(macros) / sizeof(macros[0]); m++)
-			if (word_equals(starts[0], lens[0], macros[m].name))
-				return fs_cron_parse(macros[m].expansion, strlen(macros[m].expansion),
-									 cron, error);
+	if (nfields > 1)
+		return cron_fail(error, FS_CRON_FIELD_COUNT, FS_CRON_WHOLE, MACRO_HINT,
+						 "The shorthand %s is followed by more text.",
+						 quote_token(word, len, q, sizeof(q)));
+	if (word_equals(word, len, "@reboot"))
 		return cron_fail(error, FS_CRON_UNKNOWN_MACRO, FS_CRON_WHOLE, MACRO_HINT,
-						 "The shorthand %s is not known.",
-						 quote_token(starts[0], lens[0], q, sizeof(q)));
-	}
+						 "The shorthand \"@reboot\" is not supported: schedules run at times of day, not when the server starts.");
+	for (m = 0; m < sizeof(macros) / sizeof(macros[0]); m++)
+		if (word_equals(word, len, macros[m].name))
+			return fs_cron_parse(macros[m].expansion, strlen(macros[m].expansion), cron, error);
+	return cron_fail(error, FS_CRON_UNKNOWN_MACRO, FS_CRON_WHOLE, MACRO_HINT,
+					 "The shorthand %s is not known.", quote_token(word, len, q, sizeof(q)));
+}
 
-	if (nfields != FS_CRON_NFIELDS)
-		return cron_fail(error, FS_CRON_FIELD_COUNT, FS_CRON_WHOLE,
-						 nfields > FS_CRON_NFIELDS ?
-						 "Remove the extra fields: this cron has no seconds or year field, just minute hour day-of-month month day-of-week." :
-						 "Write five fields: minute hour day-of-month month day-of-week, for example '0 3 * * *' for 03:00 every day.",
-						 "The expression has %d field%s; five are expected (minute hour day-of-month month day-of-week).",
-						 nfields, nfields == 1 ? "" : "s");
-
-	for (f = 0; f < FS_CRON_NFIELDS; f++)
-		if (!parse_field(f, starts[f], lens[f], &masks[f], error))
-			return false;
-
+/*
+ * The parsed fields' masks into `cron`, with its flags; false (with
+ * `error`) when the day-of-month field names only days the chosen months
+ * never have: the schedule would never run.
+ */
+static bool
+cron_build(const char **starts, const size_t *lens, const uint64_t *masks, FsCron *cron,
+		   FsCronError *error)
+{
 	cron->minutes = masks[FS_CRON_MINUTE];
 	cron->hours = (uint32_t) masks[FS_CRON_HOUR];
 	cron->days = (uint32_t) masks[FS_CRON_DOM];
@@ -590,6 +568,7 @@ fs_cron_parse(const char *text, size_t len, FsCron *cron, FsCronError *error)
 		!(cron->flags & FS_CRON_DOW_RESTRICTED) &&
 		!some_month_has_day(cron->months, cron->days))
 	{
+		char		q[QUOTE_MAX * 4 + 8];
 		char		q2[QUOTE_MAX * 4 + 8];
 
 		return cron_fail(error, FS_CRON_NEVER, FS_CRON_DOM,
@@ -599,6 +578,50 @@ fs_cron_parse(const char *text, size_t len, FsCron *cron, FsCronError *error)
 						 quote_token(starts[FS_CRON_MONTH], lens[FS_CRON_MONTH], q2, sizeof(q2)));
 	}
 	return true;
+}
+
+/*
+ * Parse a cron expression of five fields (minute hour day-of-month month
+ * day-of-week) or a macro (@daily, ...) into `cron`; false, with `error`
+ * saying which field and why, when it is not valid.
+ */
+bool
+fs_cron_parse(const char *text, size_t len, FsCron *cron, FsCronError *error)
+{
+	const char *starts[FS_CRON_NFIELDS];
+	size_t		lens[FS_CRON_NFIELDS];
+	uint64_t	masks[FS_CRON_NFIELDS];
+	int			nfields;
+	int			f;
+
+	memset(cron, 0, sizeof(*cron));
+	memset(error, 0, sizeof(*error));
+
+	if (len > FS_CRON_MAX_LENGTH)
+		return cron_fail(error, FS_CRON_TOO_LONG, FS_CRON_WHOLE,
+						 "Shorten the expression: use ranges (1-5) and steps (*/5) instead of long lists.",
+						 "The expression is %zu bytes long; the limit is %d.",
+						 len, FS_CRON_MAX_LENGTH);
+
+	nfields = cron_split(text, len, starts, lens);
+	if (nfields == 0)
+		return cron_fail(error, FS_CRON_EMPTY, FS_CRON_WHOLE,
+						 "Write five fields: minute hour day-of-month month day-of-week, for example '0 3 * * *' for 03:00 every day.",
+						 "The expression is empty.");
+	if (starts[0][0] == '@')
+		return cron_parse_macro(starts[0], lens[0], nfields, cron, error);
+	if (nfields != FS_CRON_NFIELDS)
+		return cron_fail(error, FS_CRON_FIELD_COUNT, FS_CRON_WHOLE,
+						 nfields > FS_CRON_NFIELDS ?
+						 "Remove the extra fields: this cron has no seconds or year field, just minute hour day-of-month month day-of-week." :
+						 "Write five fields: minute hour day-of-month month day-of-week, for example '0 3 * * *' for 03:00 every day.",
+						 "The expression has %d field%s; five are expected (minute hour day-of-month month day-of-week).",
+						 nfields, nfields == 1 ? "" : "s");
+
+	for (f = 0; f < FS_CRON_NFIELDS; f++)
+		if (!parse_field(f, starts[f], lens[f], &masks[f], error))
+			return false;
+	return cron_build(starts, lens, masks, cron, error);
 }
 
 /* ----------------------------------------------------------------

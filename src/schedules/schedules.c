@@ -208,63 +208,171 @@ fs_first_run(const FsCron *cron, pg_tz *zone, const char *cron_text, TimestampTz
 	return 0;					/* not reached */
 }
 
-/*
- * fs_schedule(name, cron, timezone, payload, tenant, queue, command, catchup)
- *		RETURNS bigint
- *
- * Creates the calling role's schedule of that name, or changes it.  A new
- * expression or zone takes effect from now (or from the last claimed run,
- * if that is later); other changes keep the pending next run.
- */
-Datum
-fs_schedule(PG_FUNCTION_ARGS)
+/* A schedule as fs_schedule() was asked to make it. */
+typedef struct FsScheduleArgs
 {
 	char	   *name;
-	text	   *cron_arg;
-	char	   *cron_text;
 	FsCron		cron;
+	char	   *cron_text;
 	pg_tz	   *zone;
 	const char *zone_name;
 	Jsonb	   *payload;
+	bool		has_tenant;
 	char		tenant[FS_NAME_BUFLEN];
 	char		queue[FS_NAME_BUFLEN];
-	char	   *command = NULL;
+	char	   *command;		/* NULL: the application runs it */
 	char	   *catchup;
-	Oid			owner_oid = GetUserId();
+	Oid			owner_oid;		/* the caller */
 	NameData	owner;
-	TimestampTz now = fs_now();
-	FsAsSuperuser su;
-	int64		schedule_id = 0;
-	int			attempt;
+	TimestampTz now;
+} FsScheduleArgs;
 
-	fs_check_loaded();
-	name = fs_schedule_name_arg(fcinfo, 0);
+/* Read and check fs_schedule()'s arguments. */
+static void
+fs_schedule_args(FunctionCallInfo fcinfo, FsScheduleArgs *a)
+{
+	text	   *cron_arg;
+
+	memset(a, 0, sizeof(*a));
+	a->owner_oid = GetUserId();
+	a->now = fs_now();
+	a->name = fs_schedule_name_arg(fcinfo, 0);
 	cron_arg = fs_required_text(fcinfo, 1, "cron expression",
 								"Pass five fields such as '0 3 * * *', or a shorthand such as '@daily'.");
-	fs_cron_parse_text(cron_arg, &cron);
-	cron_text = text_to_cstring(cron_arg);
-	zone = fs_cron_zone_text(fs_required_text(fcinfo, 2, "time zone",
-											  "Pass a time zone name such as 'UTC' or 'Europe/London'."));
-	zone_name = pg_get_timezone_name(zone);
+	fs_cron_parse_text(cron_arg, &a->cron);
+	a->cron_text = text_to_cstring(cron_arg);
+	a->zone = fs_cron_zone_text(fs_required_text(fcinfo, 2, "time zone",
+												 "Pass a time zone name such as 'UTC' or 'Europe/London'."));
+	a->zone_name = pg_get_timezone_name(a->zone);
 	if (PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("payload must not be null"),
 				 errhint("Pass '{}' for a schedule without a payload.")));
-	payload = PG_GETARG_JSONB_P(3);
-	if (!PG_ARGISNULL(4))
-		fs_text_name(PG_GETARG_TEXT_PP(4), "tenant", tenant);
-	fs_name_arg(fcinfo, 5, "queue", queue);
+	a->payload = PG_GETARG_JSONB_P(3);
+	a->has_tenant = !PG_ARGISNULL(4);
+	if (a->has_tenant)
+		fs_text_name(PG_GETARG_TEXT_PP(4), "tenant", a->tenant);
+	fs_name_arg(fcinfo, 5, "queue", a->queue);
 	if (!PG_ARGISNULL(6))
 	{
-		command = text_to_cstring(PG_GETARG_TEXT_PP(6));
-		fs_check_command(command);
-		fs_warn_command_not_run(name);
+		a->command = text_to_cstring(PG_GETARG_TEXT_PP(6));
+		fs_check_command(a->command);
+		fs_warn_command_not_run(a->name);
 	}
-	catchup = text_to_cstring(fs_required_text(fcinfo, 7, "catchup",
-											   "Pass 'latest', 'all' or 'skip'."));
-	(void) fs_catchup_from_string(catchup);
-	namestrcpy(&owner, GetUserNameFromId(owner_oid, false));
+	a->catchup = text_to_cstring(fs_required_text(fcinfo, 7, "catchup",
+												  "Pass 'latest', 'all' or 'skip'."));
+	(void) fs_catchup_from_string(a->catchup);
+	namestrcpy(&a->owner, GetUserNameFromId(a->owner_oid, false));
+}
+
+/*
+ * Update the caller's schedule found (Q_FIND's row, locked): its fields,
+ * and its next run when its timing changed.  Returns its id.
+ */
+static int64
+fs_schedule_update(const FsScheduleArgs *a, HeapTuple row, TupleDesc desc)
+{
+	Datum		args[8];
+	char		nulls[8];
+	bool		isnull;
+	char	   *old_cron = SPI_getvalue(row, desc, 2);
+	char	   *old_zone = SPI_getvalue(row, desc, 3);
+	Datum		last_for = SPI_getbinval(row, desc, 4, &isnull);
+	bool		no_last = isnull;
+	Datum		next = SPI_getbinval(row, desc, 5, &isnull);
+	bool		no_next = isnull;
+	bool		future_claim;
+	int64		schedule_id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+
+	/*
+	 * A run taken beyond fs_take_horizon() was taken as of a future time
+	 * (only possible before as_of was bounded): the schedule would not run
+	 * again until then.  Forget it, and go on from now, whatever changed.
+	 */
+	future_claim = !no_last && DatumGetTimestampTz(last_for) > fs_take_horizon();
+	if (future_claim)
+	{
+		args[0] = Int64GetDatum(schedule_id);
+		fs_execute(Q_FORGET_LAST, args, NULL, false, 0);
+		no_last = true;
+	}
+	if (future_claim || strcmp(old_cron, a->cron_text) != 0 || strcmp(old_zone, a->zone_name) != 0)
+	{
+		TimestampTz from = a->now;
+
+		/* Never hand out again an instant that was taken. */
+		if (!no_last && DatumGetTimestampTz(last_for) > from)
+			from = DatumGetTimestampTz(last_for);
+		next = TimestampTzGetDatum(fs_first_run(&a->cron, a->zone, a->cron_text, from));
+		no_next = false;
+	}
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = Int64GetDatum(schedule_id);
+	args[1] = JsonbPGetDatum(a->payload);
+	args[2] = fs_text_or_null(a->has_tenant ? a->tenant : NULL, &nulls[2]);
+	args[3] = CStringGetTextDatum(a->queue);
+	args[4] = fs_text_or_null(a->command, &nulls[4]);
+	/* The owner's name now: a renamed owner takes its schedule back. */
+	args[5] = NameGetDatum(&a->owner);
+	fs_execute(Q_UPDATE, args, nulls, false, 0);
+	fs_schedule_state_args(args, nulls, schedule_id, a->cron_text, a->zone_name, a->catchup,
+						   a->command != NULL, next, no_next);
+	fs_execute(Q_UPDATE_STATE, args, nulls, false, 0);
+	return schedule_id;
+}
+
+/*
+ * Insert the caller's new schedule, with its first run.  Returns its id, or
+ * 0 when a concurrent insert of the same name got there first.
+ */
+static int64
+fs_schedule_insert(const FsScheduleArgs *a)
+{
+	Datum		args[8];
+	char		nulls[8];
+	bool		isnull;
+	int64		schedule_id;
+
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = ObjectIdGetDatum(a->owner_oid);
+	args[1] = CStringGetTextDatum(a->name);
+	args[2] = JsonbPGetDatum(a->payload);
+	args[3] = fs_text_or_null(a->has_tenant ? a->tenant : NULL, &nulls[3]);
+	args[4] = CStringGetTextDatum(a->queue);
+	args[5] = fs_text_or_null(a->command, &nulls[5]);
+	args[6] = NameGetDatum(&a->owner);
+	fs_execute(Q_INSERT, args, nulls, false, 0);
+	if (SPI_processed != 1)
+		return 0;
+	schedule_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+											  &isnull));
+	fs_schedule_state_args(args, nulls, schedule_id, a->cron_text, a->zone_name, a->catchup,
+						   a->command != NULL,
+						   TimestampTzGetDatum(fs_first_run(&a->cron, a->zone, a->cron_text, a->now)),
+						   false);
+	fs_execute(Q_INSERT_STATE, args, nulls, false, 0);
+	return schedule_id;
+}
+
+/*
+ * fs_schedule(name, cron, timezone, payload, tenant, queue, command, catchup)
+ *		RETURNS bigint
+ *
+ * Creates the calling role's schedule of that name, or changes it.  A new
+ * expression or zone takes effect from now (or from the last taken run,
+ * if that is later); other changes keep the pending next run.
+ */
+Datum
+fs_schedule(PG_FUNCTION_ARGS)
+{
+	FsScheduleArgs a;
+	FsAsSuperuser su;
+	int64		schedule_id = 0;
+	int			attempt;
+
+	fs_check_loaded();
+	fs_schedule_args(fcinfo, &a);
 
 	fs_tables_open(&su);
 
@@ -275,89 +383,20 @@ fs_schedule(PG_FUNCTION_ARGS)
 	 */
 	for (attempt = 0; attempt < 2 && schedule_id == 0; attempt++)
 	{
-		Datum		args[8];
-		char		nulls[8];
+		Datum		args[2];
 
-		args[0] = ObjectIdGetDatum(owner_oid);
-		args[1] = CStringGetTextDatum(name);
+		args[0] = ObjectIdGetDatum(a.owner_oid);
+		args[1] = CStringGetTextDatum(a.name);
 		fs_execute(Q_FIND, args, NULL, false, 1);
 		if (SPI_processed == 1)
-		{
-			HeapTuple	row = SPI_tuptable->vals[0];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			bool		isnull;
-			char	   *old_cron = SPI_getvalue(row, desc, 2);
-			char	   *old_zone = SPI_getvalue(row, desc, 3);
-			Datum		last_for = SPI_getbinval(row, desc, 4, &isnull);
-			bool		no_last = isnull;
-			Datum		next = SPI_getbinval(row, desc, 5, &isnull);
-			bool		no_next = isnull;
-			bool		future_claim;
-
-			schedule_id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-
-			/*
-			 * A run claimed beyond fs_take_horizon() was claimed as of a
-			 * future time (only possible before as_of was bounded): the
-			 * schedule would not run again until then.  Forget it, and go
-			 * on from now, whatever changed.
-			 */
-			future_claim = !no_last && DatumGetTimestampTz(last_for) > fs_take_horizon();
-			if (future_claim)
-			{
-				args[0] = Int64GetDatum(schedule_id);
-				fs_execute(Q_FORGET_LAST, args, NULL, false, 0);
-				no_last = true;
-			}
-			if (future_claim || strcmp(old_cron, cron_text) != 0 || strcmp(old_zone, zone_name) != 0)
-			{
-				TimestampTz from = now;
-
-				/* Never hand out again an instant that was claimed. */
-				if (!no_last && DatumGetTimestampTz(last_for) > from)
-					from = DatumGetTimestampTz(last_for);
-				next = TimestampTzGetDatum(fs_first_run(&cron, zone, cron_text, from));
-				no_next = false;
-			}
-			memset(nulls, ' ', sizeof(nulls));
-			args[0] = Int64GetDatum(schedule_id);
-			args[1] = JsonbPGetDatum(payload);
-			args[2] = fs_text_or_null(PG_ARGISNULL(4) ? NULL : tenant, &nulls[2]);
-			args[3] = CStringGetTextDatum(queue);
-			args[4] = fs_text_or_null(command, &nulls[4]);
-			/* The owner's name now: a renamed owner takes its schedule back. */
-			args[5] = NameGetDatum(&owner);
-			fs_execute(Q_UPDATE, args, nulls, false, 0);
-			fs_schedule_state_args(args, nulls, schedule_id, cron_text, zone_name, catchup,
-								   command != NULL, next, no_next);
-			fs_execute(Q_UPDATE_STATE, args, nulls, false, 0);
-		}
+			schedule_id = fs_schedule_update(&a, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 		else
-		{
-			memset(nulls, ' ', sizeof(nulls));
-			args[2] = JsonbPGetDatum(payload);
-			args[3] = fs_text_or_null(PG_ARGISNULL(4) ? NULL : tenant, &nulls[3]);
-			args[4] = CStringGetTextDatum(queue);
-			args[5] = fs_text_or_null(command, &nulls[5]);
-			args[6] = NameGetDatum(&owner);
-			fs_execute(Q_INSERT, args, nulls, false, 0);
-			if (SPI_processed == 1)
-			{
-				bool		isnull;
-				TimestampTz first = fs_first_run(&cron, zone, cron_text, now);
-
-				schedule_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-														  SPI_tuptable->tupdesc, 1, &isnull));
-				fs_schedule_state_args(args, nulls, schedule_id, cron_text, zone_name, catchup,
-									   command != NULL, TimestampTzGetDatum(first), false);
-				fs_execute(Q_INSERT_STATE, args, nulls, false, 0);
-			}
-		}
+			schedule_id = fs_schedule_insert(&a);
 	}
 	if (schedule_id == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("schedule \"%s\" was changed concurrently", name),
+				 errmsg("schedule \"%s\" was changed concurrently", a.name),
 				 errhint("Retry the transaction.")));
 
 	fs_tables_close(&su);
