@@ -1,0 +1,532 @@
+/*-------------------------------------------------------------------------
+ *
+ * commit.c
+ *	  The end of a transaction for fair dequeue: before commit, the leases
+ *	  of claimed rows nobody runs end and every tenant that gets rows has an
+ *	  entry; at commit, the backlog changes are applied inside the queues'
+ *	  commit barriers; at rollback (of a transaction or a subtransaction),
+ *	  a claim gives back everything (fairqueue_track.c has the whole
+ *	  picture).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+
+#include "budget/budget.h"
+#include "fairq/fairqueue_int.h"
+#include "fairq/track_int.h"
+#include "slots/slots.h"
+
+/* ----------------------------------------------------------------
+ * Transaction ends
+ * ----------------------------------------------------------------
+ */
+
+/* Undo the claims of the whole transaction (subid 0) or one subtransaction. */
+static void
+fs_undo_claims(SubTransactionId subid)
+{
+	int			i;
+	int			kept;
+
+	/* Newest first, so virtual time unwinds in order. */
+	for (i = fs_xact.nclaims - 1; i >= 0; i--)
+	{
+		FsClaimRec *rec = &fs_xact.claims[i];
+		FsTenantChange c;
+
+		if (subid != InvalidSubTransactionId && rec->subid != subid)
+			continue;
+		/* Rows back unless recounted since; tag, served work, V back. */
+		fs_change_init(&c, fs_now());
+		c.rows = rec->rows;
+		c.resync_gen = rec->resync_gen;
+		c.served = -rec->served;
+		c.tag = -rec->charge;
+		c.restore_vtime = true;
+		c.vtime_before = rec->vtime_before;
+		c.vtime_after = rec->vtime_after;
+		fs_fair_change(rec->queue, rec->tenant, false, &c);
+	}
+	if (subid != InvalidSubTransactionId)
+	{
+		/* The subtransaction's records go; the rest keep their order. */
+		kept = 0;
+		for (i = 0; i < fs_xact.nclaims; i++)
+			if (fs_xact.claims[i].subid != subid)
+				fs_xact.claims[kept++] = fs_xact.claims[i];
+		fs_xact.nclaims = kept;
+	}
+
+	if (fs_xact.claimed != NULL)
+	{
+		HASH_SEQ_STATUS seq;
+		FsClaimedRow *row;
+
+		hash_seq_init(&seq, fs_xact.claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+		{
+			if (subid != InvalidSubTransactionId && row->left_subid == subid)
+				row->left_subid = 0;
+			if (subid != InvalidSubTransactionId && row->subid != subid)
+				continue;
+			if (row->mapped)
+				fs_claim_map_remove(&row->key.claim, row->lease_id);
+			hash_search(fs_xact.claimed, &row->key, HASH_REMOVE, NULL);
+		}
+	}
+}
+
+/* Drop what an aborted subtransaction recorded. */
+static void
+fs_drop_subxact(SubTransactionId subid)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	List	   *keep = NIL;
+	ListCell   *lc;
+
+	hash_seq_init(&seq, fs_xact.deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		if (delta->key.subid == subid)
+			hash_search(fs_xact.deltas, &delta->key, HASH_REMOVE, NULL);
+
+	foreach(lc, fs_xact.releases)
+		if (((FsRelease *) lfirst(lc))->subid != subid)
+			keep = lappend(keep, lfirst(lc));
+	fs_xact.releases = keep;
+
+	keep = NIL;
+	foreach(lc, fs_xact.events)
+		if (((FsQueueEvent *) lfirst(lc))->subid != subid)
+			keep = lappend(keep, lfirst(lc));
+		else if (((FsQueueEvent *) lfirst(lc))->kind != FS_EVENT_TRUNCATED)
+			fs_fair_invalidate_all();
+	fs_xact.events = keep;
+}
+
+/* A committed subtransaction's records now belong to its parent. */
+static void
+fs_merge_subxact(SubTransactionId subid, SubTransactionId parent)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	FsClaimedRow *row;
+	ListCell   *lc;
+	List	   *moved = NIL;
+
+	hash_seq_init(&seq, fs_xact.deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		if (delta->key.subid == subid)
+			moved = lappend(moved, delta);
+	foreach(lc, moved)
+	{
+		FsDelta    *from = lfirst(lc);
+		FsDelta		copy = *from;
+
+		hash_search(fs_xact.deltas, &from->key, HASH_REMOVE, NULL);
+		copy.key.subid = parent;
+		{
+			FsDelta    *to;
+			bool		found;
+
+			to = hash_search(fs_xact.deltas, &copy.key, HASH_ENTER, &found);
+			if (!found)
+			{
+				to->queue = copy.queue;
+				to->rows = to->leaves = 0;
+				to->charge = 0;
+			}
+			to->rows += copy.rows;
+			to->leaves += copy.leaves;
+			to->charge += copy.charge;
+		}
+	}
+	list_free(moved);
+
+	hash_seq_init(&seq, fs_xact.claimed);
+	while ((row = hash_seq_search(&seq)) != NULL)
+	{
+		if (row->subid == subid)
+			row->subid = parent;
+		if (row->left_subid == subid)
+			row->left_subid = parent;
+	}
+	for (int i = 0; i < fs_xact.nclaims; i++)
+		if (fs_xact.claims[i].subid == subid)
+			fs_xact.claims[i].subid = parent;
+	foreach(lc, fs_xact.releases)
+		if (((FsRelease *) lfirst(lc))->subid == subid)
+			((FsRelease *) lfirst(lc))->subid = parent;
+	foreach(lc, fs_xact.events)
+		if (((FsQueueEvent *) lfirst(lc))->subid == subid)
+			((FsQueueEvent *) lfirst(lc))->subid = parent;
+}
+
+/* Add `queue` to a set of `n` queues (with room for it); returns its size. */
+static int
+fs_queue_set_add(FsQueue **queues, int n, FsQueue *queue)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (queues[i] == queue)
+			return n;
+	queues[n] = queue;
+	return n + 1;
+}
+
+/*
+ * Enter the commit barrier of every queue whose counts this transaction
+ * changes (barrier.c says in which order).
+ */
+static void
+fs_barriers_enter_changed(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	FsClaimedRow *row;
+	FsQueue   **queues;
+	int			nqueues = 0;
+	long		capacity;
+
+	/* At most one queue per entry of either table. */
+	capacity = hash_get_num_entries(fs_xact.deltas) + hash_get_num_entries(fs_xact.claimed);
+	if (capacity == 0)
+		return;
+	queues = palloc_extended(sizeof(FsQueue *) * capacity, MCXT_ALLOC_HUGE);
+	hash_seq_init(&seq, fs_xact.deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		nqueues = fs_queue_set_add(queues, nqueues, delta->queue);
+	hash_seq_init(&seq, fs_xact.claimed);
+	while ((row = hash_seq_search(&seq)) != NULL)
+		if (row->reserved)
+			nqueues = fs_queue_set_add(queues, nqueues, row->queue);
+	fs_barriers_enter_in_order(queues, nqueues);
+	pfree(queues);
+}
+
+/*
+ * Before commit (SPI still allowed): end the leases of claimed rows that did
+ * not leave the ready state (nobody runs them), and make sure every tenant
+ * that gets ready rows has an entry with current limits.
+ */
+static void
+fs_pre_commit(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsClaimedRow *row;
+	FsDelta    *delta;
+
+	/* Rows that left through the application's own claim, for fs_commit(). */
+	if (hash_get_num_entries(fs_xact.deltas) > 0)
+	{
+		FS_FAULT_POINT("pre_commit");
+		fs_xact.own_claims = MemoryContextAlloc(fs_xact.cxt,
+										sizeof(FsOwnClaim) * hash_get_num_entries(fs_xact.deltas));
+		fs_xact.n_own_claims = 0;
+		hash_seq_init(&seq, fs_xact.deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+			if (delta->leaves != 0 && delta->key.tenant[0] != '\0')
+				fs_xact.own_claims[fs_xact.n_own_claims++].delta = delta;
+	}
+
+	/*
+	 * This runs in every transaction that wrote a registered table, so the
+	 * common cases (only inserts; only claims) skip the empty table's scans.
+	 */
+	if (hash_get_num_entries(fs_xact.claimed) > 0)
+	{
+		TimestampTz now = fs_now();
+
+		hash_seq_init(&seq, fs_xact.claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+			if (row->left_subid == 0)
+			{
+				int64		held;
+
+				(void) fs_slot_release(row->lease_id, now, &held);
+				if (row->mapped)
+					fs_claim_map_remove(&row->key.claim, row->lease_id);
+				row->mapped = false;
+			}
+	}
+
+	if (hash_get_num_entries(fs_xact.deltas) > 0)
+	{
+		hash_seq_init(&seq, fs_xact.deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+			if (delta->rows > 0 && delta->key.tenant[0] != '\0')
+			{
+				FsTenantRef ref;
+
+				if (fs_tenant_open(delta->queue, delta->key.tenant, FS_OPEN_CREATE, &ref) != NULL)
+					fs_tenant_close(&ref);
+			}
+	}
+
+	/*
+	 * The queues of registration events, looked up now: a lookup may add
+	 * to this backend's cache (memory), which the commit itself must not.
+	 */
+	{
+		ListCell   *lc;
+
+		foreach(lc, fs_xact.events)
+		{
+			FsQueueEvent *event = lfirst(lc);
+
+			if (event->queue_name[0] != '\0')
+				event->queue = fs_queue_lookup(event->queue_name, false);
+		}
+	}
+
+	/* Last: from here until its changes are applied, a recount waits. */
+	fs_barriers_enter_changed();
+}
+
+/* The clock, read once and only by a commit that needs it. */
+static TimestampTz
+fs_commit_now(TimestampTz *now)
+{
+	if (*now == 0)
+		*now = fs_now();
+	return *now;
+}
+
+static int
+fs_own_claim_cmp(const void *a, const void *b)
+{
+	const FsOwnClaim *x = (const FsOwnClaim *) a;
+	const FsOwnClaim *y = (const FsOwnClaim *) b;
+
+	if (x->delta->key.queue_id != y->delta->key.queue_id)
+		return x->delta->key.queue_id < y->delta->key.queue_id ? -1 : 1;
+	if (x->tag != y->tag)
+		return x->tag < y->tag ? -1 : 1;
+	return strcmp(x->delta->key.tenant, y->delta->key.tenant);
+}
+
+/*
+ * Apply the rows that left through the application's own claim.  Each
+ * advances its tenant's tag as a claim would, and moves the queue's virtual
+ * time to its start: to be what fs_claim() would have done, and not depend
+ * on the order of a hash table, they are applied in fair order, smallest
+ * tag first.  Nothing here may fail: the array was allocated before commit.
+ */
+static void
+fs_apply_own_claims(TimestampTz now)
+{
+	int			i;
+
+	for (i = 0; i < fs_xact.n_own_claims; i++)
+	{
+		FsDelta    *delta = fs_xact.own_claims[i].delta;
+		FsTenantRef ref;
+		FsTenant   *entry;
+
+		fs_xact.own_claims[i].tag = 0;
+		entry = fs_tenant_open(delta->queue, delta->key.tenant, FS_OPEN_NO_LIMITS, &ref);
+		if (entry != NULL)
+		{
+			fs_tenant_lock(entry);
+			fs_xact.own_claims[i].tag = entry->virtual_finish;
+			fs_tenant_unlock(entry);
+			fs_tenant_close(&ref);
+		}
+	}
+	if (fs_xact.n_own_claims > 1)
+		qsort(fs_xact.own_claims, fs_xact.n_own_claims, sizeof(FsOwnClaim), fs_own_claim_cmp);
+	for (i = 0; i < fs_xact.n_own_claims; i++)
+	{
+		FsDelta    *delta = fs_xact.own_claims[i].delta;
+
+		fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows,
+							  delta->charge, delta->leaves, now);
+	}
+}
+
+/* After commit: publish everything.  Nothing here may fail. */
+static void
+fs_commit(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	FsClaimedRow *row;
+	ListCell   *lc;
+	TimestampTz now = 0;
+	FsTenantChange c;
+
+	if (hash_get_num_entries(fs_xact.deltas) > 0)
+	{
+		hash_seq_init(&seq, fs_xact.deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+		{
+			if (delta->key.tenant[0] == '\0')
+				fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
+			else if (delta->leaves == 0 && delta->rows != 0)
+				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0);
+		}
+		fs_apply_own_claims(fs_commit_now(&now));
+	}
+
+	if (hash_get_num_entries(fs_xact.claimed) > 0)
+	{
+		hash_seq_init(&seq, fs_xact.claimed);
+		while ((row = hash_seq_search(&seq)) != NULL)
+		{
+			if (!row->reserved)
+				continue;
+
+			/*
+			 * The common case, a claimed row that left the ready state with
+			 * no recount since, changes nothing.  (A recount cannot be
+			 * running now: this transaction changed the table and still
+			 * holds its lock.)
+			 */
+			if (row->left_subid != 0 && fs_fair_queue(row->queue)->resync_gen == row->resync_gen)
+				continue;
+
+			/*
+			 * A row still ready gets its reservation back; if the queue was
+			 * recounted since the claim, the count had it, and a row that
+			 * left is taken off instead.
+			 */
+			fs_change_init(&c, fs_commit_now(&now));
+			c.rows = row->left_subid == 0 ? 1 : 0;
+			c.rows_recounted = row->left_subid != 0 ? -1 : 0;
+			c.resync_gen = row->resync_gen;
+			fs_fair_change(row->queue, row->tenant, false, &c);
+		}
+	}
+
+	foreach(lc, fs_xact.releases)
+	{
+		FsRelease  *rel = lfirst(lc);
+		FsFairQueue *fq = fs_fair_queue(rel->queue);
+
+		fs_claim_map_remove(&rel->key, rel->lease_id);
+		if (!rel->released)
+			continue;
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		FS_FAIR_COUNT(fq, rows_released, 1);
+		LWLockRelease(fq->lock);
+		if (rel->charge_runtime)
+		{
+			float8		held_ms = (float8) rel->held_usecs / 1000.0;
+			float8		extra = held_ms - rel->est_cost;
+
+			fs_change_init(&c, fs_commit_now(&now));
+			c.resync_gen = fs_fair_queue(rel->queue)->resync_gen;
+			c.cost = extra;
+			c.served = extra;
+			fs_fair_change(rel->queue, rel->tenant, false, &c);
+			fs_fair_note_runtime(rel->queue, held_ms);
+			/* The budget paid the estimate at claim: it pays the rest now. */
+			fs_budget_charge_committed(rel->queue, rel->tenant, extra, fs_commit_now(&now));
+		}
+	}
+
+	foreach(lc, fs_xact.events)
+	{
+		FsQueueEvent *event = lfirst(lc);
+		FsQueue    *queue = event->queue;
+
+		if (queue == NULL)
+			continue;
+		fs_fair_forget(queue);
+		if (event->kind == FS_EVENT_UNREGISTERED)
+			fs_claim_map_remove_queue(queue->queue_id);
+	}
+	foreach(lc, fs_xact.events)
+		if (((FsQueueEvent *) lfirst(lc))->kind != FS_EVENT_TRUNCATED)
+		{
+			pg_atomic_add_fetch_u32(&fs_fair->registration_generation, 1);
+			break;
+		}
+}
+
+/*
+ * Transaction end: at pre-commit, enter the commit barriers and compute what
+ * to apply; at commit, apply it and leave them; at abort, undo what this
+ * transaction's claims did to shared memory.
+ */
+static void
+fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	if (!fs_xact.active)
+		return;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			fs_pre_commit();
+			break;
+		case XACT_EVENT_COMMIT:
+			fs_commit();
+			fs_barriers_leave_all();
+			fs_xact_reset();
+			break;
+		case XACT_EVENT_ABORT:
+			fs_undo_claims(InvalidSubTransactionId);
+			fs_barriers_leave_all();
+			if (fs_xact.events != NIL)
+				fs_fair_invalidate_all();
+			fs_xact_reset();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (fs_xact.nclaims > 0 || hash_get_num_entries(fs_xact.deltas) > 0 ||
+				fs_xact.releases != NIL || fs_xact.events != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that changed rows or registrations of fair-dequeue queues"),
+						 errhint("Enqueue, claim and finish jobs outside prepared transactions.")));
+			fs_xact_reset();
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * Subtransaction end: a commit hands its changes to the parent; an abort
+ * undoes its claims and drops its deltas.
+ */
+static void
+fs_track_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg pg_attribute_unused())
+{
+	if (!fs_xact.active)
+		return;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_COMMIT_SUB:
+			{
+				MemoryContext old = MemoryContextSwitchTo(fs_xact.cxt);
+
+				fs_merge_subxact(mySubid, parentSubid);
+				MemoryContextSwitchTo(old);
+			}
+			break;
+		case SUBXACT_EVENT_ABORT_SUB:
+			{
+				MemoryContext old = MemoryContextSwitchTo(fs_xact.cxt);
+
+				fs_undo_claims(mySubid);
+				fs_drop_subxact(mySubid);
+				MemoryContextSwitchTo(old);
+			}
+			break;
+		default:
+			break;
+	}
+}
+
+void
+fs_track_init(void)
+{
+	RegisterXactCallback(fs_track_xact_callback, NULL);
+	RegisterSubXactCallback(fs_track_subxact_callback, NULL);
+}
