@@ -2,7 +2,7 @@
  *
  * barrier.c
  *	  The commit barrier of each fair-dequeue queue, both sides: committers
- *	  that change a queue's backlog enter it (fairqueue_track.c), a recount
+ *	  that change a queue's backlog enter it (track.c), a recount
  *	  closes it for the instant it takes its snapshot (recount.c).
  *
  * A transaction that changes a queue's counts enters the barrier before it

@@ -3,7 +3,7 @@
  * claim_map.c
  *	  The claim map: which lease each claimed row holds, in shared memory,
  *	  so that a row leaving the running table releases its lease
- *	  (fairqueue_track.c's running-row trigger), and its part of the state
+ *	  (track.c's running-row trigger), and its part of the state
  *	  file.
  *
  *-------------------------------------------------------------------------

@@ -5,7 +5,7 @@
  *	  of claimed rows nobody runs end and every tenant that gets rows has an
  *	  entry; at commit, the backlog changes are applied inside the queues'
  *	  commit barriers; at rollback (of a transaction or a subtransaction),
- *	  a claim gives back everything (fairqueue_track.c has the whole
+ *	  a claim gives back everything (track.c has the whole
  *	  picture).
  *
  *-------------------------------------------------------------------------

@@ -11,14 +11,14 @@
  *	  recount.c             recounting backlogs from the table (fs_resync)
  *	  metrics.c             fs_fairness and fs_fair_shares
  *	  saved.c               fair dequeue's sections of the state file
- *	  fairqueue_register.c  fs_register_queue() and fs_unregister_queue():
+ *	  register.c  fs_register_queue() and fs_unregister_queue():
  *	                        who may, the row in fs_fair_queues, the triggers
  *	  register_parse.c      the SQL pieces a queue is defined by: parsed,
  *	                        checked, and the index a claim uses
  *	  register_cache.c      the per-backend caches of registrations (by
  *	                        queue, and by relation for the row triggers)
  *	                        (register_int.h is what these three share)
- *	  fairqueue_track.c     the triggers: backlog deltas applied at commit,
+ *	  track.c     the triggers: backlog deltas applied at commit,
  *	                        what a claim undoes at rollback
  *	  claim_map.c           the claim map (claimed row -> lease) that
  *	                        releases leases automatically
@@ -327,7 +327,7 @@ extern bool fs_commit_barrier_close(FsFairQueue *fq);
 extern void fs_commit_barrier_open(FsFairQueue *fq);
 extern void fs_commit_barrier_open_mine(void);
 
-/* fairqueue_register.c */
+/* register.c */
 extern FsFairDesc *fs_fair_desc(const char *queue_name, bool missing_ok);
 extern FsRelTriggers *fs_fair_rel_triggers(Relation rel);
 extern List *fs_fair_registered_queues(void);
@@ -338,7 +338,7 @@ extern void fs_fair_query_error(MemoryContext cxt, const FsFairDesc *desc,
 extern void fs_fair_register_init(void);
 extern void fs_fair_invalidate_all(void);
 
-/* fairqueue_track.c */
+/* track.c */
 extern void fs_track_init(void);
 extern void fs_track_claims_reserve(int n);
 extern void fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows,

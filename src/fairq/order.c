@@ -38,7 +38,7 @@
  * LATERAL query FOR UPDATE SKIP LOCKED in the caller's snapshot, and settles:
  * reservations and tags for rows it did not get are given back, a tenant
  * with fewer claimable rows than counted is marked dry for a second.
- * Everything a claim did is recorded (fairqueue_track.c) and undone if its
+ * Everything a claim did is recorded (track.c) and undone if its
  * (sub)transaction rolls back.
  *
  * Backlog counts come from triggers, applied at commit, and are recounted

@@ -5,7 +5,7 @@
  *	  recounts) and by relation (for the row triggers), invalidated when a
  *	  table or a registration changes.
  *
- * See fairqueue_register.c for what a registration is and who may make it.
+ * See register.c for what a registration is and who may make it.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * register_int.h
- *	  What the three files of registration share (fairqueue_register.c,
+ *	  What the three files of registration share (register.c,
  *	  register_parse.c, register_cache.c).
  *
  *-------------------------------------------------------------------------

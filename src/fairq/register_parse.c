@@ -4,7 +4,7 @@
  *	  The pieces of a registration: parsing its SQL expressions against the
  *	  table, checking them, and the index a claim uses.
  *
- * See fairqueue_register.c for what a registration is and who may make it.
+ * See register.c for what a registration is and who may make it.
  *
  *-------------------------------------------------------------------------
  */

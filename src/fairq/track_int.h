@@ -2,7 +2,7 @@
  *
  * track_int.h
  *	  What a transaction did to fair dequeue, as the files that record it
- *	  (fairqueue_track.c, from the triggers and fs_claim()) and settle it
+ *	  (track.c, from the triggers and fs_claim()) and settle it
  *	  (commit.c, at its end) share it.  Backend-local.
  *
  *-------------------------------------------------------------------------
@@ -110,7 +110,7 @@ typedef struct FsOwnClaim
 
 /*
  * What this transaction did.  The two hash tables outlive transactions
- * (see fairqueue_track.c); everything else lives in `cxt`, reset at each
+ * (see track.c); everything else lives in `cxt`, reset at each
  * end.
  */
 typedef struct FsXactState
@@ -137,7 +137,7 @@ typedef struct FsXactState
 
 extern FsXactState fs_xact;
 
-/* fairqueue_track.c */
+/* track.c */
 extern void fs_xact_begin(void);
 extern void fs_xact_reset(void);
 

@@ -5,7 +5,7 @@
  *	  trigger counts rows entering and leaving the ready state per tenant,
  *	  the running-row trigger releases the lease of a row that stops
  *	  running, and the truncate trigger has the queue recounted.  What they
- *	  note is kept for the end of the transaction by fairqueue_track.c.
+ *	  note is kept for the end of the transaction by track.c.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
- * fairqueue_track.c
- *	  Fair dequeue's triggers and transactions: backlog counts applied at
- *	  commit, what a claim undoes at rollback, and the claim map through
- *	  which a row leaving the running table releases its lease.
+ * track.c
+ *	  What a transaction did to fair dequeue (backend-local), recorded for
+ *	  its end: backlog counts from the triggers (triggers.c), the rows and
+ *	  tenants fs_claim() claimed, the leases the running-row trigger
+ *	  released.  commit.c applies or undoes them when the transaction ends.
  *
  * The ready-row trigger (AFTER INSERT OR DELETE OR UPDATE, FOR EACH ROW)
  * evaluates each registration's filter and tenant on the row and adds +1 or

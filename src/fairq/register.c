@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * fairqueue_register.c
+ * register.c
  *	  fs_register_queue() and fs_unregister_queue(): making an existing
  *	  ready table known to fair dequeue, and the per-backend caches of what
  *	  a registration compiles to.
