@@ -108,6 +108,7 @@ fs_budget_refund_entry(FsQueue *queue, const char *tenant)
 	return refund;
 }
 
+/* Give `tokens` back to the tenant's bucket if this transaction aborts. */
 void
 fs_budget_refund_at_abort(FsQueue *queue, const char *tenant, float8 tokens)
 {
@@ -252,6 +253,7 @@ fs_budget_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
+/* Register the transaction callbacks that give tokens back at abort. */
 void
 fs_budget_init(void)
 {

@@ -61,6 +61,7 @@ typedef struct FsDecisionRing
 static char *fs_decision_rings = NULL;
 static int	fs_decision_ring_count = 0;
 
+/* Size of one backend's ring of decisions. */
 static inline Size
 fs_decision_ring_bytes(void)
 {
@@ -68,6 +69,7 @@ fs_decision_ring_bytes(void)
 							 mul_size(sizeof(FsDecisionRecord), fs_decision_log_size)));
 }
 
+/* The decision log's setting (fairshare.decision_log_size). */
 void
 fs_decisions_init(void)
 {
@@ -80,6 +82,7 @@ fs_decisions_init(void)
 							NULL, NULL, NULL);
 }
 
+/* Shared memory of the decision log: one ring per backend slot. */
 static Size
 fs_decisions_shmem_size(void)
 {
@@ -212,6 +215,7 @@ fs_decision_kind_name(uint8 kind)
 	return "unknown";
 }
 
+/* A float8 column of a view row, NULL when NaN (does not apply). */
 static void
 fs_put_float_or_null(Datum *values, bool *nulls, int i, float8 v)
 {

@@ -66,6 +66,7 @@ typedef struct FsEvictScan
 	TimestampTz now;
 } FsEvictScan;
 
+/* qsort order of eviction candidates: least recently used first. */
 static int
 fs_evict_candidate_cmp(const void *a, const void *b)
 {

@@ -254,6 +254,7 @@ fs_lockstats_releasing(LWLock *lock)
 	SpinLockRelease(&fs_lock_stats_shared->mutex);
 }
 
+/* Shared memory of the lock-hold statistics. */
 static Size
 fs_lockstats_shmem_size(void)
 {

@@ -89,6 +89,7 @@ fs_scan_lists_init(const char *name, int nparts)
 	return lists;
 }
 
+/* Shared memory of the scan cursors: one per PGPROC, and the postmaster's. */
 Size
 fs_scan_cursors_size(void)
 {
@@ -107,6 +108,7 @@ fs_scan_cursors_init(void)
 		memset(fs_scan_cursors, 0, fs_scan_cursors_size());
 }
 
+/* Is this list node a parked cursor rather than an entry? */
 static inline bool
 fs_scan_is_cursor(const dlist_node *node)
 {

@@ -144,6 +144,7 @@ FsScanTable fs_tenant_scan;
 StaticAssertDecl(sizeof(FsTenant) <= 248,
 				 "a tenant entry must fit in 264 bytes with the hash table's overhead");
 
+/* dynahash hash function of tenant keys (queue id, tenant name up to its end). */
 static uint32
 fs_tenant_key_hash(const void *key, Size keysize pg_attribute_unused())
 {
@@ -154,6 +155,7 @@ fs_tenant_key_hash(const void *key, Size keysize pg_attribute_unused())
 								   (int) strlen(k->tenant)));
 }
 
+/* dynahash match function of tenant keys (0: equal). */
 static int
 fs_tenant_key_match(const void *key1, const void *key2, Size keysize pg_attribute_unused())
 {
@@ -165,6 +167,7 @@ fs_tenant_key_match(const void *key1, const void *key2, Size keysize pg_attribut
 	return strcmp(a->tenant, b->tenant);
 }
 
+/* Size of the control structure, with its array of queue pointers. */
 static Size
 fs_control_size(void)
 {
@@ -179,6 +182,10 @@ fs_tenant_entry_bytes(void)
 	return hash_estimate_size(fs_max_tenants, sizeof(FsTenant)) / fs_max_tenants;
 }
 
+/*
+ * Shared memory of the core: the control structure, the queue and tenant
+ * tables, their lists.
+ */
 static Size
 fs_core_shmem_size(void)
 {
@@ -427,6 +434,7 @@ fs_queue_by_id(uint32 queue_id)
  * ----------------------------------------------------------------
  */
 
+/* The hash key of (queue, tenant), zero-padded (keys are compared as written). */
 void
 fs_tenant_key_init(FsTenantKey *key, uint32 queue_id, const char *tenant)
 {
@@ -647,6 +655,7 @@ fs_tenant_open_cached(FsQueue *queue, const char *tenant, bool create, FsTenantR
 						  FS_OPEN_NO_LIMITS | (create ? FS_OPEN_CREATE : 0), ref);
 }
 
+/* Let go of what fs_tenant_open() holds (the entry's partition lock). */
 void
 fs_tenant_close(FsTenantRef *ref)
 {

@@ -60,6 +60,7 @@ typedef struct FsClaimedRow
 	Datum		row;
 } FsClaimedRow;
 
+/* Order of claimed rows in fs_claim()'s output: by start tag, then tenant, then rank. */
 static int
 fs_claimed_row_cmp(const void *a, const void *b)
 {
@@ -730,6 +731,10 @@ typedef struct FsReadyTenant
 	float8		weight;
 } FsReadyTenant;
 
+/*
+ * Order of fs_ready_tenants(): tenants below their floor first, then by
+ * start tag, then by name.
+ */
 static int
 fs_ready_tenant_cmp(const void *a, const void *b)
 {

@@ -38,6 +38,7 @@
 static HTAB *fs_claim_hash = NULL;
 static FsScanTable fs_claim_scan;	/* its partition lists (scanlist.h) */
 
+/* Shared memory of the claim map: the table and its lists. */
 Size
 fs_claim_map_shmem_size(void)
 {
@@ -66,6 +67,7 @@ fs_claim_map_shmem_init(void)
 	fs_claim_scan.link_offset = offsetof(FsClaimEntry, scan_link);
 }
 
+/* The lock of the claim-map partition of `hashvalue`. */
 static inline LWLock *
 fs_claim_lock(uint32 hashvalue)
 {
@@ -236,6 +238,10 @@ typedef struct FsClaimCopies
 	uint64		count;
 } FsClaimCopies;
 
+/*
+ * fs_claim_map_scan() visitor: copy the entries of the wanted queue(s),
+ * within the room made.
+ */
 static void
 fs_claim_copy_visit(void *hash_entry, void *arg)
 {
@@ -263,6 +269,7 @@ fs_claim_map_collect(uint32 queue_id, int *count)
 	return copies.entries;
 }
 
+/* fs_claim_map_scan() visitor: remove the entries of one queue. */
 static void
 fs_claim_remove_visit(void *hash_entry, void *arg)
 {
@@ -272,6 +279,7 @@ fs_claim_remove_visit(void *hash_entry, void *arg)
 		fs_claim_map_delete(entry);
 }
 
+/* Remove every claim-map entry of a queue (its registration changed). */
 void
 fs_claim_map_remove_queue(uint32 queue_id)
 {
@@ -285,6 +293,7 @@ typedef struct FsClaimCount
 	long		count;
 } FsClaimCount;
 
+/* fs_claim_map_scan() visitor: count the entries of one queue. */
 static void
 fs_claim_count_visit(void *hash_entry, void *arg)
 {
@@ -294,6 +303,7 @@ fs_claim_count_visit(void *hash_entry, void *arg)
 		c->count++;
 }
 
+/* Number of claim-map entries of a queue (a scan: for views and tests). */
 long
 fs_claim_map_count(uint32 queue_id)
 {
@@ -310,6 +320,7 @@ typedef struct FsLiveLeases
 	int			capacity;
 } FsLiveLeases;
 
+/* fs_lease_foreach() visitor: collect lease ids, within the room made. */
 static void
 fs_collect_live_lease(const FsLeaseInfo *lease, void *arg)
 {
@@ -319,6 +330,7 @@ fs_collect_live_lease(const FsLeaseInfo *lease, void *arg)
 		live->ids[live->count++] = lease->lease_id;
 }
 
+/* qsort order of int64s, ascending. */
 static int
 fs_int64_cmp(const void *a, const void *b)
 {

@@ -295,6 +295,7 @@ fs_commit_now(TimestampTz *now)
 	return *now;
 }
 
+/* Order of the own claims applied at commit: by queue, then by tag (fair order). */
 static int
 fs_own_claim_cmp(const void *a, const void *b)
 {
@@ -524,6 +525,7 @@ fs_track_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
+/* Register the transaction callbacks that settle fair dequeue at transaction end. */
 void
 fs_track_init(void)
 {

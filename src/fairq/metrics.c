@@ -150,6 +150,7 @@ fs_share_scan(FsQueue *queue, FsShareScan *scan)
 	fs_tenant_foreach(fs_share_collect, scan);
 }
 
+/* qsort order of float8s, ascending. */
 static int
 fs_float8_cmp(const void *a, const void *b)
 {

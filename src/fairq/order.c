@@ -174,12 +174,14 @@ fs_fair_struct_size(void)
 	return size;
 }
 
+/* Shared memory of fair dequeue: the queues, the heap pools, the claim map. */
 static Size
 fs_fairqueue_shmem_size(void)
 {
 	return add_size(fs_fair_struct_size(), fs_claim_map_shmem_size());
 }
 
+/* Ask for fair dequeue's shared memory and its lock tranche. */
 void
 fs_fairqueue_shmem_request(void)
 {
@@ -429,6 +431,7 @@ heap_fix(FsFairQueue *fq, int32 i)
 		fs_heap_sift_down(fq, i);
 }
 
+/* Restore the heap order of the whole fair order (after keys changed in bulk). */
 void
 fs_heap_rebuild(FsFairQueue *fq)
 {
@@ -576,6 +579,7 @@ fs_heap_shrink(FsFairQueue *fq, int32 reserved)
 		heap_release_last_chunk(fq);
 }
 
+/* Push `item` onto the fair order; false when the pools have no room. */
 static bool
 heap_push(FsFairQueue *fq, const FsHeapItem *item)
 {
@@ -704,6 +708,7 @@ fs_fair_shift_tag_locked(FsFairQueue *fq, FsTenant *entry, float8 delta)
  * ----------------------------------------------------------------
  */
 
+/* A row's cost kept within [FS_MIN_COST, FS_MAX_COST]; NULL or NaN cost 1. */
 float8
 fs_fair_clamp_cost(float8 cost, bool isnull)
 {
@@ -713,6 +718,7 @@ fs_fair_clamp_cost(float8 cost, bool isnull)
 }
 
 
+/* An empty change of a tenant's fair-order state (FsTenantChange). */
 void
 fs_change_init(FsTenantChange *c, TimestampTz now)
 {
@@ -843,6 +849,7 @@ fs_fair_note_runtime(FsQueue *queue, float8 held_ms)
 	LWLockRelease(fq->lock);
 }
 
+/* Count ready rows outside the fair order (no valid tenant, or no room for it). */
 void
 fs_fair_add_without_tenant(FsQueue *queue, int64 rows, int64 untracked)
 {
@@ -891,6 +898,7 @@ fs_fair_forget(FsQueue *queue)
  * ----------------------------------------------------------------
  */
 
+/* Fair dequeue's start in a backend: its caches' and transactions' callbacks. */
 void
 fs_fairqueue_init(void)
 {

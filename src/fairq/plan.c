@@ -118,6 +118,7 @@ fs_plan_tenant(FsPlan *plan, FsTenant *entry, bool create)
 }
 
 
+/* Copy out what a plan needs of a tenant entry, under its spinlock. */
 void
 fs_tenant_view(FsTenant *entry, FsTenantView *v, TimestampTz now)
 {
@@ -199,6 +200,7 @@ fs_plan_ceiling(const FsGateCapacity *cap, const FsTenantView *v)
 	return fs_gate_ceiling(cap, &v->limits, &reason);
 }
 
+/* Is a listed tenant passed over for now (it came up short lately)? */
 bool
 fs_item_dry(const FsHeapItem *item, const FsTenantView *v, TimestampTz now)
 {

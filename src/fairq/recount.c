@@ -136,6 +136,7 @@ fs_fair_table_owner(FsFairDesc *desc)
 	return owner;
 }
 
+/* Order of FsCountAt by entry address, then generation (for bsearch). */
 static int
 fs_count_at_cmp(const void *a, const void *b)
 {

@@ -155,6 +155,7 @@ fs_spi_as_extension_owner(const char *sql, int nargs, Oid *argtypes, Datum *valu
 
 static void fs_unregister_row(HeapTuple old, TupleDesc old_desc, const char *queue);
 
+/* The extension's schema, quoted, for fairshare's own queries. */
 const char *
 fs_ext_schema(void)
 {
@@ -354,6 +355,7 @@ fs_text_arg(FunctionCallInfo fcinfo, int argno, const char *what, bool required)
 	return value;
 }
 
+/* A boolean argument that must not be NULL. */
 static bool
 fs_bool_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 {
@@ -381,6 +383,7 @@ fs_registration_row(const char *queue_name, TupleDesc *desc)
 	return SPI_tuptable->vals[0];
 }
 
+/* An OID column of a registration row (InvalidOid for NULL). */
 Oid
 fs_row_oid(HeapTuple tuple, TupleDesc desc, const char *column)
 {

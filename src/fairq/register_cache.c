@@ -98,12 +98,14 @@ fs_invalidate_caches(Oid relid)
 	}
 }
 
+/* A relation changed: forget what the caches hold about it. */
 static void
 fs_relcache_callback(Datum arg pg_attribute_unused(), Oid relid)
 {
 	fs_invalidate_caches(relid);
 }
 
+/* Register the invalidation callbacks of the registration caches. */
 void
 fs_fair_register_init(void)
 {

@@ -94,6 +94,7 @@ fs_parse_error_callback(void *arg)
 	errcontext("%s of queue \"%s\"", ctx->what, ctx->queue);
 }
 
+/* Refuse a registration piece that is not one SQL expression, saying why. */
 static void
 fs_bad_expr(const FsParseContext *ctx, const char *problem)
 {
@@ -176,6 +177,7 @@ fs_check_columns(Node *expr, const FsParseContext *ctx, bool need_column)
 				 errhint("Use the column (or an expression of the columns) that holds the value.")));
 }
 
+/* Refuse an expression that is not immutable (it is evaluated by triggers and indexed). */
 static void
 fs_check_immutable(Node *expr, const FsParseContext *ctx)
 {
@@ -188,12 +190,14 @@ fs_check_immutable(Node *expr, const FsParseContext *ctx)
 						 "belong in filter.")));
 }
 
+/* Is function `func_id` in a temporary schema (check_functions_in_node callback)? */
 static bool
 fs_func_is_temp(Oid funcid, void *context pg_attribute_unused())
 {
 	return isAnyTempNamespace(get_func_namespace(funcid));
 }
 
+/* Does the expression call a function of a temporary schema (expression_tree_walker)? */
 static bool
 fs_calls_temp_function(Node *node, void *context)
 {
@@ -349,6 +353,7 @@ fs_parse_begin(FsParse *p, const char *sql, bool order_by, Relation rel, FsExprR
 	p->pstate = fs_parse_state(rel, sql);
 }
 
+/* End a parse of a registration piece: its parse state and error context. */
 static void
 fs_parse_end(FsParse *p)
 {
@@ -535,6 +540,7 @@ fs_qualified_name(Oid relid)
  * ----------------------------------------------------------------
  */
 
+/* Refuse a caller that does not own the table (only its owner changes its fair dequeue). */
 void
 fs_fair_check_owner(Oid relid, const char *queue_name)
 {
@@ -649,6 +655,7 @@ fs_primary_key(Relation rel, const char *queue_name)
  * ----------------------------------------------------------------
  */
 
+/* The expression under any RelabelType (binary-compatible casts). */
 Node *
 fs_strip_relabel(Node *node)
 {
@@ -657,6 +664,7 @@ fs_strip_relabel(Node *node)
 	return node;
 }
 
+/* An expression as compared with an index's: constants folded, no relabels. */
 static Node *
 fs_normalize(Node *node)
 {

@@ -26,6 +26,10 @@ PG_FUNCTION_INFO_V1(fs_fair_truncate_trigger);
  * ----------------------------------------------------------------
  */
 
+/*
+ * The trigger data of a fair-dequeue trigger, refused unless it fires AFTER,
+ * per row or per statement as `row` says.
+ */
 static TriggerData *
 fs_trigger_data(FunctionCallInfo fcinfo, const char *name, bool row)
 {
@@ -165,6 +169,7 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
+/* Does a running-table row pass the registration's running_filter (none: yes)? */
 static bool
 fs_running_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
 {

@@ -136,6 +136,7 @@ fs_gate_init(void)
 							NULL, NULL, NULL);
 }
 
+/* Shared memory of the worker heartbeats table. */
 static Size
 fs_gate_shmem_size(void)
 {
@@ -181,6 +182,7 @@ fs_gate_queue_init(FsQueue *queue)
 	queue->latency_at = DT_NOBEGIN;
 }
 
+/* Is a worker's last heartbeat younger than fairshare.worker_ttl? */
 static inline bool
 fs_heartbeat_is_live(const FsHeartbeat *worker, TimestampTz now)
 {
@@ -333,6 +335,7 @@ fs_gate_backpressure(FsQueue *queue, const FsGateCapacity *cap, TimestampTz now)
 	return FS_BP_NONE;
 }
 
+/* Set a queue's reported latency (fs_report_latency()). */
 void
 fs_gate_set_latency(FsQueue *queue, float8 latency_ms, TimestampTz now)
 {

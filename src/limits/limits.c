@@ -87,6 +87,7 @@ fs_limits_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	}
 }
 
+/* The limits' settings. */
 void
 fs_limits_init(void)
 {
@@ -338,6 +339,7 @@ fs_limits_check_name(HeapTuple tuple, TupleDesc desc, const char *column)
 						 column)));
 }
 
+/* An int column of an fs_limits row into *value, unless NULL (the default stays). */
 static bool
 fs_limits_get_int(HeapTuple tuple, TupleDesc desc, const char *column, int32 *value)
 {
@@ -349,6 +351,7 @@ fs_limits_get_int(HeapTuple tuple, TupleDesc desc, const char *column, int32 *va
 	return !isnull;
 }
 
+/* A float8 column of an fs_limits row into *value, unless NULL (the default stays). */
 static bool
 fs_limits_get_float(HeapTuple tuple, TupleDesc desc, const char *column, float8 *value)
 {

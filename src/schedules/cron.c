@@ -51,6 +51,7 @@ static const int days_in_month_table[2][13] = {
  * ----------------------------------------------------------------
  */
 
+/* a / b rounded towards minus infinity. */
 static int64_t
 floor_div(int64_t a, int64_t b)
 {
@@ -61,12 +62,14 @@ floor_div(int64_t a, int64_t b)
 	return q;
 }
 
+/* Is `y` a leap year of the proleptic Gregorian calendar? */
 static bool
 is_leap(int64_t y)
 {
 	return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
 }
 
+/* Days of month `m` (1-12) of year `y`. */
 static int
 days_in_month(int64_t y, int m)
 {
@@ -131,6 +134,7 @@ next_bit(uint64_t mask, int from)
 	return mask ? __builtin_ctzll(mask) : -1;
 }
 
+/* Does a day (day of month, day of week) match, by cron's rule for the two day fields? */
 static bool
 day_matches(const FsCron *cron, int dom, int dow)
 {
@@ -144,6 +148,7 @@ day_matches(const FsCron *cron, int dom, int dow)
 	return dom_ok && dow_ok;
 }
 
+/* The first whole minute at or after wall time `wall`. */
 static int64_t
 ceil_minute(int64_t wall)
 {
@@ -288,6 +293,7 @@ next_wall(const FsCron *cron, int64_t from, int64_t limit, int64_t *out)
  * ----------------------------------------------------------------
  */
 
+/* The zone's offset span at `t`; false for a zone that answers nothing or nonsense. */
 static bool
 zone_lookup(const FsCronZone *zone, int64_t t, FsCronSpan *span)
 {
@@ -431,6 +437,7 @@ next_fixed(const FsCron *cron, const FsCronZone *zone, int64_t after, int64_t *n
 	return FS_CRON_ZONE_FAILED;
 }
 
+/* The next run after `after` (cron.h): by the fixed-time rule or the every-instant rule. */
 FsCronNextStatus
 fs_cron_next(const FsCron *cron, const FsCronZone *zone, int64_t after, int64_t *next)
 {
@@ -441,6 +448,7 @@ fs_cron_next(const FsCron *cron, const FsCronZone *zone, int64_t after, int64_t 
 	return next_any(cron, zone, after, next);
 }
 
+/* A zone with one fixed offset (*arg seconds east of UTC), for tests and UTC. */
 bool
 fs_cron_fixed_zone(const void *arg, int64_t t, FsCronSpan *span)
 {

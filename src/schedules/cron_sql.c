@@ -116,6 +116,7 @@ fs_cron_parse_text(text *expr, FsCron *cron)
 				 errhint("%s", error.hint)));
 }
 
+/* Parse a NUL-terminated cron expression. */
 bool
 fs_cron_parse_cstring(const char *expr, FsCron *cron, FsCronError *error)
 {
@@ -129,12 +130,14 @@ fs_cron_parse_cstring(const char *expr, FsCron *cron, FsCronError *error)
 static char **tz_names = NULL;
 static int	ntz_names = 0;
 
+/* qsort order of C strings through pointers. */
 static int
 fs_strcmp_indirect(const void *a, const void *b)
 {
 	return strcmp(*(char *const *) a, *(char *const *) b);
 }
 
+/* Upper-case `s` in place (ASCII). */
 static void
 fs_upcase(char *s)
 {
@@ -306,6 +309,7 @@ typedef struct FsCronCallCache
 	pg_tz	   *zone;			/* pg_tzset's cache keeps it for the session */
 } FsCronCallCache;
 
+/* Are two texts equal, byte for byte? */
 static bool
 fs_text_equal(text *a, text *b)
 {
@@ -313,6 +317,7 @@ fs_text_equal(text *a, text *b)
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
 }
 
+/* A copy of `t` in `mcxt`. */
 static text *
 fs_text_copy(MemoryContext mcxt, text *t)
 {

@@ -97,6 +97,7 @@ fs_schedules_init(void)
  * ----------------------------------------------------------------
  */
 
+/* A text argument that must not be NULL (`hint` says what to pass). */
 static text *
 fs_required_text(FunctionCallInfo fcinfo, int argno, const char *what, const char *hint)
 {
@@ -152,6 +153,7 @@ fs_catchup_from_string(const char *s)
 	return FS_CATCHUP_LATEST;	/* not reached */
 }
 
+/* A text Datum of `s`, or a NULL one (*null_flag) when `s` is NULL. */
 Datum
 fs_text_or_null(const char *s, char *null_flag)
 {

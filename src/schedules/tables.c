@@ -24,12 +24,14 @@
  * ----------------------------------------------------------------
  */
 
+/* Become the bootstrap superuser, search_path pinned (schedules_int.h). */
 static void
 fs_superuser_enter(FsAsSuperuser *s)
 {
 	fs_run_as_begin(s, BOOTSTRAP_SUPERUSERID, FS_RUN_AS_UNRESTRICTED);
 }
 
+/* Go back to the role before fs_superuser_enter(). */
 static void
 fs_superuser_exit(FsAsSuperuser *s)
 {
@@ -45,6 +47,7 @@ fs_tables_open(FsAsSuperuser *s)
 		elog(ERROR, "SPI_connect failed");
 }
 
+/* Finish SPI and go back to the caller's role (fs_tables_open()). */
 void
 fs_tables_close(FsAsSuperuser *s)
 {
@@ -221,6 +224,7 @@ fs_plan(FsQuery q)
 	return plans[q];
 }
 
+/* Run fixed query `q` with its arguments; a failure is an internal error. */
 int
 fs_execute(FsQuery q, Datum *values, const char *nulls, bool read_only, long count)
 {
@@ -231,6 +235,7 @@ fs_execute(FsQuery q, Datum *values, const char *nulls, bool read_only, long cou
 	return ret;
 }
 
+/* Is the extension, with its schedule tables, installed in this database? */
 bool
 fs_schedules_ready(void)
 {
@@ -241,6 +246,7 @@ fs_schedules_ready(void)
 	return OidIsValid(get_relname_relid("fs_schedules", fs_get_extension_schema(extoid)));
 }
 
+/* Does `role` see every owner's schedules (superuser, or member of fairshare_admin)? */
 bool
 fs_sees_all_schedules(Oid role)
 {

@@ -49,6 +49,7 @@ static FsLeasePartition *fs_lease_parts = NULL;
  * ----------------------------------------------------------------
  */
 
+/* Shared memory of the lease table: the table, its partitions' heaps, its lists. */
 static Size
 fs_slots_shmem_size(void)
 {

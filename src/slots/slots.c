@@ -184,6 +184,7 @@ fs_local_trim(void)
 		local_count--;
 }
 
+/* This transaction's latest record of `lease_id` of `kind`, or -1. */
 static int
 fs_local_find(int64 lease_id, FsLocalKind kind)
 {
@@ -789,6 +790,7 @@ fs_slots_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
+/* Register the transaction callbacks that settle this transaction's leases. */
 void
 fs_slots_init(void)
 {

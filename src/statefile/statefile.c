@@ -147,6 +147,7 @@ fs_save_tenant(const FsTenant *tenant, void *arg)
 	ctx->count++;
 }
 
+/* fs_lease_foreach() visitor of a save: one lease item, within the room made for them. */
 static void
 fs_save_lease(const FsLeaseInfo *lease, void *arg)
 {
@@ -341,6 +342,7 @@ typedef struct FsReader
 	Size		pos;
 } FsReader;
 
+/* Read `n` bytes of the file into `dst`; false past its end. */
 static bool
 fs_read(FsReader *r, void *dst, Size n)
 {

@@ -117,6 +117,7 @@ static FsScanTable fs_tier_scan;	/* its partition lists (scanlist.h) */
 static HTAB *fs_ruleset_cache = NULL;
 static MemoryContext fs_ruleset_context = NULL;
 
+/* dynahash hash function of tier keys (queue, tenant, job class). */
 static uint32
 fs_tier_key_hash(const void *key, Size keysize pg_attribute_unused())
 {
@@ -129,6 +130,7 @@ fs_tier_key_hash(const void *key, Size keysize pg_attribute_unused())
 								   (int) strlen(k->job_class)));
 }
 
+/* dynahash match function of tier keys (0: equal). */
 static int
 fs_tier_key_match(const void *key1, const void *key2, Size keysize pg_attribute_unused())
 {
@@ -142,6 +144,7 @@ fs_tier_key_match(const void *key1, const void *key2, Size keysize pg_attribute_
 	return strcmp(a->job_class, b->job_class);
 }
 
+/* The tiers' settings. */
 void
 fs_tiers_init(void)
 {
@@ -154,6 +157,7 @@ fs_tiers_init(void)
 							NULL, NULL, NULL);
 }
 
+/* Shared memory of the tier counters: the table, its lists, the control struct. */
 static Size
 fs_tiers_shmem_size(void)
 {
@@ -219,6 +223,7 @@ fs_tier_bytes_per_rule(void)
 	return sizeof(FsTierWindow);
 }
 
+/* Number of tier counters (read without locks, like fs_tenant_count()). */
 long
 fs_tier_count(void)
 {
@@ -240,6 +245,7 @@ fs_rules_error(int rule, const char *fmt, const char *what)
 			 errhint("Each rule is an object like {\"threshold\": 10, \"per\": \"1 minute\", \"queue\": \"slow\"}.")));
 }
 
+/* Field `field` of tier rule number `ruleno`, which must exist and be of `type`. */
 static JsonbValue *
 fs_rule_field(JsonbContainer *rule, int ruleno, const char *field, enum jbvType type)
 {

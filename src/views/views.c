@@ -45,6 +45,7 @@ typedef struct FsTenantCopies
 	long		capacity;
 } FsTenantCopies;
 
+/* fs_tenant_foreach() visitor: copy each entry, within the room made. */
 static void
 fs_tenant_copy(const FsTenant *t, void *arg)
 {
@@ -282,6 +283,7 @@ fs_server_state(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }
 
+/* fs_tenant_mutate_all() visitor of fs_reset(): zero an entry's counters. */
 static void
 fs_reset_tenant(FsTenant *entry, void *arg pg_attribute_unused())
 {

@@ -35,6 +35,7 @@
  * ----------------------------------------------------------------
  */
 
+/* before_shmem_exit of the launcher: say it is gone. */
 static void
 fs_launcher_detach(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 {

@@ -56,6 +56,7 @@ static char *run_queue = NULL;
 static TimeoutId command_deadline = MAX_TIMEOUTS;
 static volatile sig_atomic_t command_deadline_passed = false;
 
+/* A fairshare.run_* setting: set by the scheduler during a run, read-only to commands. */
 static void
 fs_define_run_guc(const char *name, const char *description, char **variable)
 {
@@ -88,6 +89,7 @@ fs_run_command_init(void)
  * ----------------------------------------------------------------
  */
 
+/* Set a fairshare.run_* setting for the run (undone with its GUC nest level). */
 static void
 fs_set_run_guc(const char *name, const char *value)
 {
@@ -158,6 +160,7 @@ fs_command_deadline_handler(void)
 	SetLatch(MyLatch);
 }
 
+/* End a command's statement timeout and deadline. */
 static void
 fs_disable_command_timeouts(void)
 {

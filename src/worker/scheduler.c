@@ -92,6 +92,7 @@ fs_scheduler_detach(int code pg_attribute_unused(), Datum arg pg_attribute_unuse
 		kill(launcher, SIGUSR1);
 }
 
+/* Count a finished run for fs_scheduler_state(). */
 static void
 fs_count_run(bool failed)
 {
@@ -103,6 +104,7 @@ fs_count_run(bool failed)
 	SpinLockRelease(&fs_worker_shared->mutex);
 }
 
+/* Log a run that failed, with its schedule, owner and time. */
 static void
 fs_log_failed_run(const FsTakenRun *run, const char *error)
 {

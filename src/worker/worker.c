@@ -61,6 +61,7 @@ FsWorkerShared *fs_worker_shared = NULL;
  * ----------------------------------------------------------------
  */
 
+/* Shared memory of the background worker's struct. */
 static Size
 fs_worker_shmem_size(void)
 {
