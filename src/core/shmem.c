@@ -106,7 +106,7 @@
  *		(fs_fair_changed()); its heap: fairq/order.c;
  *	  - the claim map: fairq/claim_map.c (fs_claim_map_changed());
  *	  - worker heartbeats and a queue's gate figures: gate/gate.c
- *		(fs_worker_heartbeat(), fs_gate_recount(), fs_report_latency()).
+ *		(fs_worker_heartbeat(), fs_gate_recount(), fs_gate_set_latency()).
  *
  *-------------------------------------------------------------------------
  */

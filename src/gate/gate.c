@@ -30,7 +30,8 @@
  * 9): fs_worker_heartbeat() enters, updates and removes a worker's
  * heartbeat (heartbeat lock EXCLUSIVE); fs_gate_recount() drops stale ones
  * and sets the queue's live figures (under its spinlock);
- * fs_report_latency() sets the queue's reported latency.
+ * fs_gate_set_latency() sets the queue's latency (reported with
+ * fs_report_latency(), or sampled by a fair claim).
  *
  *-------------------------------------------------------------------------
  */
