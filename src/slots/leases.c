@@ -13,7 +13,7 @@
 
 #include "miscadmin.h"
 
-#include "slots/leases.h"
+#include "slots/leases_int.h"
 
 HTAB	   *fs_lease_hash = NULL;
 LWLockPadded *fs_lease_locks = NULL;

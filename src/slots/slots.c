@@ -64,7 +64,7 @@
 
 #include "core/decisions.h"
 #include "gate/gate.h"
-#include "slots/leases.h"
+#include "slots/leases_int.h"
 
 PG_FUNCTION_INFO_V1(fs_acquire_slot);
 PG_FUNCTION_INFO_V1(fs_release_slot);

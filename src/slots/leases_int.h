@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * leases.h
+ * leases_int.h
  *	  The shared lease table, for the files of the slots layer: its
  *	  partitions, its changes (the one place where a lease changes), what a
  *	  lease holds in its tenant, and the sweep of expired leases
@@ -8,8 +8,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef FAIRSHARE_LEASES_H
-#define FAIRSHARE_LEASES_H
+#ifndef FAIRSHARE_LEASES_INT_H
+#define FAIRSHARE_LEASES_INT_H
 
 #include "core/tenant.h"
 #include "slots/slots.h"
@@ -71,4 +71,4 @@ extern bool fs_lease_pin_release(FsTenant *tenant, uint32 generation, bool orpha
 								 bool expired);
 extern void fs_lease_count_was_wrong(bool wrong, bool at_xact_end);
 
-#endif							/* FAIRSHARE_LEASES_H */
+#endif							/* FAIRSHARE_LEASES_INT_H */
