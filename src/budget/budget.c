@@ -312,7 +312,7 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 	FsReason	deny_reason;
 	bool		lost;
 
-	fs_check_loaded();
+	fs_check_primary("spend fairshare tokens");
 	fs_name_arg(fcinfo, 0, "tenant", tenant);
 	requested = fs_int_arg(fcinfo, 1, "requested_runs", 0,
 						   "Pass how many runs the tenant wants to start now (0 only asks).");
@@ -411,7 +411,7 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 	FsRefund   *refund = NULL;
 	TimestampTz now;
 
-	fs_check_loaded();
+	fs_check_primary("charge fairshare tokens");
 	fs_name_arg(fcinfo, 0, "tenant", tenant);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,

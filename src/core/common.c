@@ -11,6 +11,7 @@
 
 #include <math.h>
 
+#include "access/xlog.h"
 #include "datatype/timestamp.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -130,6 +131,23 @@ fs_check_loaded(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("fairshare must be loaded via shared_preload_libraries"),
 				 errhint("Add fairshare to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+/*
+ * Every SQL function that decides or changes fairshare's state starts here
+ * instead: a standby (a server in recovery) refuses it.  fairshare decides
+ * on the primary; `what` says what was refused.
+ */
+void
+fs_check_primary(const char *what)
+{
+	fs_check_loaded();
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot %s during recovery", what),
+				 errdetail("This server is a standby: fairshare decides on the primary only."),
+				 errhint("Connect to the primary.")));
 }
 
 /* The time decisions are made at: the real clock, or fairshare.debug_clock. */

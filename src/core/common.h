@@ -85,6 +85,7 @@ extern double fs_debug_clock;
 /* common.c */
 extern void fs_common_init(void);
 extern void fs_check_loaded(void);
+extern void fs_check_primary(const char *what);
 extern TimestampTz fs_now(void);
 extern void fs_text_name(text *arg, const char *what, char *buf);
 extern void fs_name_arg(FunctionCallInfo fcinfo, int argno, const char *what, char *buf);

@@ -632,7 +632,7 @@ fs_claim(PG_FUNCTION_ARGS)
 	TimestampTz now;
 	int			i;
 
-	fs_check_loaded();
+	fs_check_primary("claim rows with fairshare");
 	desc = fs_fair_desc_arg(fcinfo, 0);
 	row_type = get_fn_expr_argtype(fcinfo->flinfo, 1);
 	if (row_type != desc->row_type)

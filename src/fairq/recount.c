@@ -714,7 +714,7 @@ fs_resync(PG_FUNCTION_ARGS)
 	List	   *queues;
 	ListCell   *lc;
 
-	fs_check_loaded();
+	fs_check_primary("recount a fairshare queue");
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 

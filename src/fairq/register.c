@@ -738,7 +738,7 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	TupleDesc	old_desc;
 	HeapTupleHeader result;
 
-	fs_check_loaded();
+	fs_check_primary("register a fair-dequeue queue");
 	fs_registration_args(fcinfo, &reg);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -808,7 +808,7 @@ fs_unregister_queue(PG_FUNCTION_ARGS)
 	HeapTuple	old;
 	TupleDesc	old_desc;
 
-	fs_check_loaded();
+	fs_check_primary("unregister a fair-dequeue queue");
 	fs_name_arg(fcinfo, 0, "queue", queue);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

@@ -370,7 +370,7 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
 	bool		found;
 
 	worker = NULL;
-	fs_check_loaded();
+	fs_check_primary("record a worker heartbeat");
 	memset(&key, 0, sizeof(key));
 	fs_name_arg(fcinfo, 0, "worker", key.worker);
 	if (PG_ARGISNULL(1))
@@ -442,7 +442,7 @@ fs_report_latency(PG_FUNCTION_ARGS)
 	char		queue_name[FS_NAME_BUFLEN];
 	FsQueue    *queue;
 
-	fs_check_loaded();
+	fs_check_primary("report a queue latency");
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

@@ -828,7 +828,7 @@ fs_claim_due_schedules(PG_FUNCTION_ARGS)
 	int			i;
 	Oid			claimer = GetUserId();
 
-	fs_check_loaded();
+	fs_check_primary("take due schedule runs");
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

@@ -373,7 +373,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 	int64		schedule_id = 0;
 	int			attempt;
 
-	fs_check_loaded();
+	fs_check_primary("change a fairshare schedule");
 	fs_schedule_args(fcinfo, &a);
 
 	fs_tables_open(&su);
@@ -420,7 +420,7 @@ fs_unschedule(PG_FUNCTION_ARGS)
 	FsAsSuperuser su;
 	bool		found;
 
-	fs_check_loaded();
+	fs_check_primary("remove a fairshare schedule");
 	name = fs_schedule_name_arg(fcinfo, 0);
 
 	fs_tables_open(&su);

@@ -813,7 +813,7 @@ fs_acquire_slot(PG_FUNCTION_ARGS)
 	FsSlotDecision decision;
 	FsQueue    *queue;
 
-	fs_check_loaded();
+	fs_check_primary("acquire a fairshare slot");
 	fs_name_arg(fcinfo, 0, "tenant", tenant);
 	fs_name_arg(fcinfo, 1, "queue", queue_name);
 	lease_usecs = fs_lease_interval_arg(fcinfo, 2, "lease");
@@ -845,7 +845,7 @@ fs_release_slot(PG_FUNCTION_ARGS)
 	Oid			owner = InvalidOid;
 	TimestampTz now;
 
-	fs_check_loaded();
+	fs_check_primary("release a fairshare lease");
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
 	lease_id = PG_GETARG_INT64(0);
@@ -882,7 +882,7 @@ fs_renew_slot(PG_FUNCTION_ARGS)
 	Oid			owner = InvalidOid;
 	TimestampTz now;
 
-	fs_check_loaded();
+	fs_check_primary("renew a fairshare lease");
 	lease_usecs = fs_lease_interval_arg(fcinfo, 1, "lease");
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();

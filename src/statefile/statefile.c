@@ -866,7 +866,7 @@ fs_statefile_startup(void)
 Datum
 fs_save_state_now(PG_FUNCTION_ARGS)
 {
-	fs_check_loaded();
+	fs_check_primary("save the fairshare state file");
 	if (!fs_save_state)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -599,7 +599,7 @@ fs_route_enqueue(PG_FUNCTION_ARGS)
 	bool		evicted = false;
 	int			r;
 
-	fs_check_loaded();
+	fs_check_primary("route a job with fairshare tiers");
 	memset(&key, 0, sizeof(key));
 	fs_name_arg(fcinfo, 0, "tenant", key.tenant);
 	fs_name_arg(fcinfo, 1, "job_class", key.job_class);

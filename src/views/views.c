@@ -297,7 +297,7 @@ fs_reset_tenant(FsTenant *entry, void *arg pg_attribute_unused())
 Datum
 fs_reset(PG_FUNCTION_ARGS)
 {
-	fs_check_loaded();
+	fs_check_primary("reset fairshare counters");
 	fs_tenant_mutate_all(fs_reset_tenant, NULL);
 	fs_fairqueue_reset_counters();
 

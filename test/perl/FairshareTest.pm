@@ -18,12 +18,13 @@ sub fs_src
 }
 
 # A started node with fairshare preloaded (test/fairshare.conf plus $extra
-# lines) and the extension created in database postgres.
+# lines) and the extension created in database postgres.  %init goes to
+# PostgreSQL::Test::Cluster's init (allows_streaming => 1 for a primary).
 sub fs_node
 {
-	my ($name, $extra) = @_;
+	my ($name, $extra, %init) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
+	$node->init(%init);
 	open(my $fh, '<', fs_src() . '/test/fairshare.conf') or die "fairshare.conf: $!";
 	local $/;
 	$node->append_conf('postgresql.conf', <$fh>);
