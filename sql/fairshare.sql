@@ -946,3 +946,43 @@ CREATE VIEW fs_fair_shares AS SELECT * FROM fs_fair_share_state();
 GRANT SELECT ON fs_fair_shares TO pg_monitor, fairshare_app, fairshare_worker;
 COMMENT ON VIEW fs_fair_shares IS
 'per tenant of a registered queue that is active or was served recently: served work (decayed), its share, its fair share by weight, their ratio, and its virtual finish tag and lag behind the queue''s virtual time';
+
+-- ---------------------------------------------------------------------------
+-- Replication of the shared state through WAL (High availability).
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION fs_replication_state(
+    OUT role text,
+    OUT wal_interval_ms integer,
+    OUT writer_running boolean,
+    OUT written_lsn pg_lsn,
+    OUT written_at timestamptz,
+    OUT records bigint,
+    OUT bytes bigint,
+    OUT snapshots bigint,
+    OUT replayed_lsn pg_lsn,
+    OUT replayed_primary_time timestamptz,
+    OUT replayed_records bigint,
+    OUT replay_dropped bigint,
+    OUT replayed_snapshot boolean)
+RETURNS record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_replication_state';
+COMMENT ON FUNCTION fs_replication_state() IS
+'replication of fairshare''s state through WAL: what the WAL writer logged (primary) and what was replayed (standby, or this server''s crash recovery); see the fs_replication view';
+REVOKE ALL ON FUNCTION fs_replication_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_replication_state() TO pg_monitor, fairshare_app, fairshare_worker;
+
+CREATE VIEW fs_replication AS SELECT * FROM fs_replication_state();
+GRANT SELECT ON fs_replication TO pg_monitor, fairshare_app, fairshare_worker;
+COMMENT ON VIEW fs_replication IS
+'fairshare''s state replicated through WAL: on a primary, the WAL writer''s records; on a standby, the replay and the primary''s time of the last record replayed (now() minus it is how far behind the views are)';
+
+CREATE FUNCTION fs_wal_sync()
+RETURNS pg_lsn
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_wal_sync';
+COMMENT ON FUNCTION fs_wal_sync() IS
+'waits until the WAL writer has logged every fairshare decision made before the call and returns the end of its last record: a standby that replayed up to it knows them (for tests and planned switchovers)';
+REVOKE ALL ON FUNCTION fs_wal_sync() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_wal_sync() TO fairshare_admin;

@@ -29,6 +29,7 @@
 #include "schedules/schedules.h"
 #include "slots/slots.h"
 #include "statefile/statefile.h"
+#include "statefile/wal.h"
 #include "tiers/tiers.h"
 #include "worker/worker.h"
 
@@ -54,6 +55,7 @@ fs_shmem_request(void)
 	fs_tiers_shmem_request();
 	fs_worker_shmem_request();
 	fs_fairqueue_shmem_request();
+	fs_wal_shmem_request();
 }
 
 /*
@@ -78,6 +80,7 @@ fs_shmem_startup(void)
 	fs_tiers_shmem_init();
 	fs_worker_shmem_init();
 	fs_fairqueue_shmem_init();
+	fs_wal_shmem_init();
 	fs_lockstats_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 
@@ -102,6 +105,7 @@ _PG_init(void)
 	fs_tiers_init();
 	fs_schedules_init();
 	fs_worker_init();
+	fs_wal_init();
 	MarkGUCPrefixReserved("fairshare");
 
 	prev_shmem_request_hook = shmem_request_hook;

@@ -19,7 +19,7 @@ PG_MAJOR="${PG_MAJOR:-15}"
 # fs_install_deps before anything is built.
 FS_DEPS_BUILD="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR"
 FS_DEPS_TEST="postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
- ruby ruby-pg procps clang-14 libclang-rt-14-dev sqlsmith binutils"
+ ruby ruby-pg procps clang-14 libclang-rt-14-dev sqlsmith binutils postgresql-$PG_MAJOR-auto-failover"
 FS_DEPS_DEMO="ruby ruby-pg gnuplot-nox procps"
 FS_DEPS_BENCH="redis-server redis-tools ruby ruby-pg procps nodejs npm"
 
@@ -88,6 +88,10 @@ fs_build_install() {
 			cp -a "/usr/lib/postgresql/$PG_MAJOR" "$FS_STAGE/usr/lib/postgresql/"
 			cp -a "/usr/share/postgresql/$PG_MAJOR" "$FS_STAGE/usr/share/postgresql/"
 		fi
+		# Extensions installed since the copy was made (pg_auto_failover's).
+		cp -an "/usr/lib/postgresql/$PG_MAJOR/lib/." "$FS_STAGE/usr/lib/postgresql/$PG_MAJOR/lib/"
+		cp -an "/usr/share/postgresql/$PG_MAJOR/extension/." \
+			"$FS_STAGE/usr/share/postgresql/$PG_MAJOR/extension/"
 		fs_log "installing fairshare into $FS_STAGE"
 		make -C "$FS_ROOT" -s install DESTDIR="$FS_STAGE" PG_CONFIG="$sys_bindir/pg_config" >/dev/null ||
 			return 1

@@ -184,6 +184,18 @@ fs_scan_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 void
 fs_scan_table(const FsScanTable *table, fs_scan_visitor visitor, void *arg)
 {
+	fs_scan_table_paused(table, visitor, NULL, arg);
+}
+
+/*
+ * fs_scan_table(), with `pause` called between two batches, with no lock
+ * held: where a visitor that copies into room made before the scan can
+ * hand on what it has (the WAL writer writes a record).
+ */
+void
+fs_scan_table_paused(const FsScanTable *table, fs_scan_visitor visitor, fs_scan_pause pause,
+					 void *arg)
+{
 	dlist_node *cursor;
 	int			p;
 
@@ -246,6 +258,8 @@ fs_scan_table(const FsScanTable *table, fs_scan_visitor visitor, void *arg)
 				node = next;
 			}
 			LWLockRelease(lock);
+			if (pause != NULL)
+				pause(arg);
 		} while (parked);
 	}
 }

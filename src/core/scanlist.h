@@ -29,6 +29,8 @@
 
 /* What a scan calls for each entry; see fs_scan_table(). */
 typedef void (*fs_scan_visitor) (void *entry, void *arg);
+/* What fs_scan_table_paused() calls between batches, with no lock held. */
+typedef void (*fs_scan_pause) (void *arg);
 
 /* A partitioned table as a scan sees it (backend-local; the lists are shared). */
 typedef struct FsScanTable
@@ -44,6 +46,8 @@ extern dlist_head *fs_scan_lists_init(const char *name, int nparts);
 extern Size fs_scan_cursors_size(void);
 extern void fs_scan_cursors_init(void);
 extern void fs_scan_table(const FsScanTable *table, fs_scan_visitor visitor, void *arg);
+extern void fs_scan_table_paused(const FsScanTable *table, fs_scan_visitor visitor,
+								 fs_scan_pause pause, void *arg);
 
 /*
  * Link a new entry into its partition's list.  The caller holds the

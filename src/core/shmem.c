@@ -239,6 +239,7 @@ fs_core_shmem_init(void)
 		pg_atomic_init_u32(&fs_shared->tenant_generation, 0);
 		pg_atomic_init_u64(&fs_shared->evict_not_before, 0);
 		pg_atomic_init_flag(&fs_shared->evicting);
+		pg_atomic_init_u32(&fs_shared->wal_tenants_dirty, 0);
 		ConditionVariableInit(&fs_shared->evict_done);
 		SpinLockInit(&fs_shared->stats_mutex);
 		fs_shared->started_at = GetCurrentTimestamp();
@@ -337,17 +338,33 @@ fs_queue_init(FsQueue *queue)
 FsQueue *
 fs_queue_insert_unlocked(Oid dboid, const char *name)
 {
+	Assert(!IsUnderPostmaster);
+	return fs_queue_enter(dboid, name, false);
+}
+
+/*
+ * The queue `name` of database `dboid`, entered if missing (the WAL replay
+ * names queues so: a queue's id is per server); NULL when the table is
+ * full.  `locked`: take queues_lock (not in the postmaster, where nothing
+ * else runs yet).
+ */
+FsQueue *
+fs_queue_enter(Oid dboid, const char *name, bool locked)
+{
 	FsQueueKey	key;
 	FsQueue    *queue;
 	bool		found;
 
-	Assert(!IsUnderPostmaster);
 	memset(&key, 0, sizeof(key));
 	key.dboid = dboid;
 	strlcpy(key.name, name, sizeof(key.name));
+	if (locked)
+		LWLockAcquire(fs_shared->queues_lock, LW_EXCLUSIVE);
 	queue = hash_search(fs_queue_hash, &key, HASH_ENTER_NULL, &found);
 	if (queue != NULL && !found)
 		fs_queue_init(queue);
+	if (locked)
+		LWLockRelease(fs_shared->queues_lock);
 	return queue;
 }
 
@@ -696,6 +713,8 @@ typedef struct FsTenantVisit
 	fs_tenant_visitor visitor;
 	fs_tenant_mutator mutator;
 	void	   *arg;
+	bool		all;			/* fs_tenant_foreach_for_wal(): every entry */
+	fs_scan_pause pause;		/* fs_tenant_foreach_for_wal(): between batches */
 } FsTenantVisit;
 
 /* fs_scan_table() visitor of fs_tenant_foreach(): hand on a copy. */
@@ -723,9 +742,85 @@ fs_tenant_visit_copy(void *hash_entry, void *arg)
 void
 fs_tenant_foreach(fs_tenant_visitor visitor, void *arg)
 {
-	FsTenantVisit visit = {visitor, NULL, arg};
+	FsTenantVisit visit = {visitor, NULL, arg, false, NULL};
 
 	fs_scan_table(&fs_tenant_scan, fs_tenant_visit_copy, &visit);
+}
+
+/*
+ * fs_scan_table() visitor of fs_tenant_foreach_for_wal(): hand on a copy of
+ * each entry marked for the WAL writer (each, for a complete picture), and
+ * clear the mark in the same spinlock section as the copy.
+ */
+static void
+fs_tenant_visit_for_wal(void *hash_entry, void *arg)
+{
+	FsTenant   *entry = (FsTenant *) hash_entry;
+	FsTenantVisit *visit = (FsTenantVisit *) arg;
+	bool		take;
+	FsTenant	copy;
+
+	fs_tenant_lock(entry);
+	take = visit->all || (entry->flags & FS_TENANT_WAL_DIRTY);
+	if (take)
+	{
+		entry->flags &= ~FS_TENANT_WAL_DIRTY;
+		memcpy(&copy, entry, sizeof(FsTenant));
+	}
+	fs_tenant_unlock(entry);
+	if (take)
+		visit->visitor(&copy, visit->arg);
+}
+
+/* Between two batches of fs_tenant_foreach_for_wal(): the caller's pause. */
+static void
+fs_tenant_visit_pause(void *arg)
+{
+	FsTenantVisit *visit = (FsTenantVisit *) arg;
+
+	visit->pause(visit->arg);
+}
+
+/*
+ * The WAL writer's view of the tenant table: a copy of every entry changed
+ * since it last looked (or of every entry, with `all`), each handed on once
+ * with its mark cleared, a batch at a time as fs_tenant_foreach() does, and
+ * `pause` called between batches with no lock held.  The flag that says
+ * some entry changed is cleared first, so that a change made during the
+ * scan is seen by this scan or flagged for the next.
+ */
+void
+fs_tenant_foreach_for_wal(fs_tenant_visitor visitor, fs_scan_pause pause, void *arg, bool all)
+{
+	FsTenantVisit visit = {visitor, NULL, arg, all, pause};
+
+	pg_atomic_write_u32(&fs_shared->wal_tenants_dirty, 0);
+	pg_memory_barrier();
+	fs_scan_table_paused(&fs_tenant_scan, fs_tenant_visit_for_wal, fs_tenant_visit_pause, &visit);
+}
+
+/*
+ * Give an entry the state the primary logged for it (WAL replay, in the
+ * startup process): its balance, counters, fair-order tag, backlog and
+ * last limits (kept until its own load after a promotion: the entry's
+ * limits_generation stays stale).  Slots come with leases; `saved` comes
+ * from a record that was checked field by field, and is kept in range as
+ * a restored entry is.
+ */
+void
+fs_tenant_replay(FsTenant *entry, const FsTenant *saved)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	fs_tenant_restore(entry, saved, now - INT64CONST(3660) * USECS_PER_DAY,
+					  Max(now, saved->touched_at));
+	fs_tenant_lock(entry);
+	entry->ready_rows = saved->ready_rows;
+	entry->flags = (entry->flags & ~FS_TENANT_DRY) | (saved->flags & FS_TENANT_DRY);
+	if (!(saved->flags & FS_TENANT_NEW))
+		entry->flags &= ~FS_TENANT_NEW;
+	fs_tenant_changed(entry);
+	fs_tenant_unlock(entry);
 }
 
 /* fs_scan_table() visitor of fs_tenant_mutate_all(): under the spinlock. */
@@ -748,7 +843,7 @@ fs_tenant_visit_mutate(void *hash_entry, void *arg)
 void
 fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg)
 {
-	FsTenantVisit visit = {NULL, mutator, arg};
+	FsTenantVisit visit = {NULL, mutator, arg, false, NULL};
 
 	fs_scan_table(&fs_tenant_scan, fs_tenant_visit_mutate, &visit);
 }

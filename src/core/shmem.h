@@ -127,6 +127,8 @@ typedef struct FsTenant
 										 * (fairq/order.c): pins the entry */
 #define FS_TENANT_DRY			0x04	/* its last claim found fewer rows than
 										 * counted: skipped for a while */
+#define FS_TENANT_WAL_DIRTY		0x08	/* changed since the WAL writer last
+										 * logged it (fs_tenant_changed()) */
 
 /* Counters kept for the whole server, under FsShared->stats_mutex. */
 typedef struct FsGlobalStats
@@ -149,7 +151,9 @@ typedef enum FsStartKind
 {
 	FS_START_FRESH = 0,			/* no state file: a first start */
 	FS_START_RESTORED,			/* restored after a clean shutdown */
-	FS_START_AFTER_CRASH		/* the last run did not shut down cleanly */
+	FS_START_AFTER_CRASH,		/* the last run did not shut down cleanly */
+	FS_START_REPLAYED			/* state replayed from WAL: after a crash, or
+								 * a standby promoted */
 } FsStartKind;
 
 typedef struct FsShared
@@ -162,6 +166,8 @@ typedef struct FsShared
 	pg_atomic_uint32 tenant_generation; /* the last FsTenant.generation */
 	pg_atomic_uint64 evict_not_before;	/* no eviction pass before this time */
 	pg_atomic_flag evicting;	/* an eviction pass runs: one at a time */
+	pg_atomic_uint32 wal_tenants_dirty; /* some entry became WAL-dirty since
+										 * the WAL writer last looked */
 	ConditionVariable evict_done;	/* broadcast when a pass ends */
 
 	FsStartKind start_kind;
@@ -230,6 +236,7 @@ extern bool fs_core_shmem_init(void);
 extern FsQueue *fs_queue_lookup(const char *name, bool create);
 extern FsQueue *fs_queue_by_id(uint32 queue_id);
 extern FsQueue *fs_queue_insert_unlocked(Oid dboid, const char *name);
+extern FsQueue *fs_queue_enter(Oid dboid, const char *name, bool locked);
 extern void fs_tenant_key_init(FsTenantKey *key, uint32 queue_id, const char *tenant);
 /* fs_tenant_open() flags */
 #define FS_OPEN_CREATE		0x01	/* create the entry if it is missing */
@@ -246,6 +253,9 @@ extern void fs_tenant_restore(FsTenant *entry, const FsTenant *saved, TimestampT
 							  TimestampTz now);
 extern void fs_tenant_may_be_idle(void);
 extern void fs_tenant_foreach(fs_tenant_visitor visitor, void *arg);
+extern void fs_tenant_foreach_for_wal(fs_tenant_visitor visitor, fs_scan_pause pause,
+									  void *arg, bool all);
+extern void fs_tenant_replay(FsTenant *entry, const FsTenant *saved);
 extern void fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg);
 extern long fs_tenant_count(void);
 extern void fs_count_global(size_t offset);

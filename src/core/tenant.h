@@ -94,7 +94,11 @@ fs_tenant_unlock_at(FsTenant *entry, const char *file, int line)
 
 /*
  * The end of every change of `entry`, spinlock held: the one point that
- * sees each change of a tenant's state.  No lock, no allocation, no error.
+ * sees each change of a tenant's state.  The entry is marked for the WAL
+ * writer (statefile/wal_writer.c), which logs marked entries and clears
+ * the mark; the first mark since it last looked says so in FsShared (a
+ * plain store, and only when the flag is not set already).  No lock, no
+ * allocation, no error.
  */
 static inline void
 fs_tenant_changed(FsTenant *entry)
@@ -102,9 +106,13 @@ fs_tenant_changed(FsTenant *entry)
 #ifdef FS_DEBUG
 	if (fs_tenant_broken == NULL)
 		fs_tenant_broken = fs_tenant_invalid(entry);
-#else
-	(void) entry;
 #endif
+	if (!(entry->flags & FS_TENANT_WAL_DIRTY))
+	{
+		entry->flags |= FS_TENANT_WAL_DIRTY;
+		if (pg_atomic_read_u32(&fs_shared->wal_tenants_dirty) == 0)
+			pg_atomic_write_u32(&fs_shared->wal_tenants_dirty, 1);
+	}
 }
 
 /*

@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
@@ -488,7 +489,8 @@ fs_fair_desc_arg(FunctionCallInfo fcinfo, int argno)
 static void
 fs_fair_ensure_synced(FsFairDesc *desc)
 {
-	if (desc->fq == NULL || desc->fq->synced)
+	/* A standby's counts are the primary's, replayed. */
+	if (desc->fq == NULL || desc->fq->synced || RecoveryInProgress())
 		return;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

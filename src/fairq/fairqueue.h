@@ -19,6 +19,7 @@
 #include "lib/stringinfo.h"
 
 #include "core/shmem.h"
+#include "core/stateformat.h"
 
 /* GUC: half-life of the served work behind the fairness metrics, seconds. */
 
@@ -61,5 +62,27 @@ extern void fs_fairqueue_restore_section(uint32 tag, const char *data, Size byte
  * queues recounted.
  */
 extern int	fs_fairqueue_resync_all(void);
+
+/*
+ * Replication through WAL (statefile/wal_writer.c, wal_redo.c): a queue's
+ * fair-order state as logged, an item of it, and its replay; a replayed
+ * tenant's place in the fair order; queues to recount after a promotion.
+ */
+typedef struct FsFairWalState
+{
+	float8		vtime;
+	float8		max_finish;
+	float8		avg_cost;
+	float8		avg_runtime_ms;
+	int64		rows_without_tenant;
+	int64		untracked_rows;
+} FsFairWalState;
+
+extern bool fs_fair_wal_changed(uint32 queue_id, uint64 *seen, FsFairWalState *state);
+extern void fs_fair_wal_write(StringInfo buf, uint32 queue_index, const FsFairWalState *state);
+extern bool fs_fair_wal_read(FsStateItem *item, uint32 *queue_index, FsFairWalState *state);
+extern void fs_fair_wal_apply(FsQueue *queue, const FsFairWalState *state);
+extern void fs_fair_replay_tenant(FsQueue *queue, FsTenant *entry);
+extern void fs_fair_unsync_all(void);
 
 #endif							/* FAIRSHARE_FAIRQUEUE_H */

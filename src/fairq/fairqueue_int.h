@@ -132,6 +132,7 @@ typedef struct FsFairQueue
 	pg_atomic_uint64 latency_sampled_at;	/* when a claim last measured the
 											 * oldest ready row's age */
 	uint32		limits_generation;	/* of the min_slots cached in the heap */
+	uint64		wal_version;	/* moves on with every fs_fair_changed() */
 	int32		nitems;
 	int32		nchunks;		/* chunks holding items 0 .. nitems - 1 */
 	int32		heap_root;		/* the chunk (heap_depth 0) or the directory
@@ -416,16 +417,19 @@ fs_fair_weight(float8 weight)
  * ----------------------------------------------------------------
  */
 
-/* The end of every change of `fq`'s state.  The debug build checks it. */
+/*
+ * The end of every change of `fq`'s state: its version moves on, for the
+ * WAL writer to notice.  The debug build checks it.
+ */
 static inline void
 fs_fair_changed(FsFairQueue *fq)
 {
+	fq->wal_version++;
 	FS_INVARIANT(!isnan(fq->vtime) && !isinf(fq->vtime) && fq->vtime >= 0);
 	FS_INVARIANT(!isnan(fq->max_finish) && !isinf(fq->max_finish));
 	FS_INVARIANT(fq->avg_cost > 0 && !isinf(fq->avg_cost));
 	FS_INVARIANT(fq->avg_runtime_ms > 0 && !isinf(fq->avg_runtime_ms));
 	FS_INVARIANT(fq->rows_without_tenant >= 0 && fq->untracked_rows >= 0);
-	(void) fq;
 }
 
 /* The queue's virtual time is `vtime` (a claim's start, or a restore). */
@@ -433,6 +437,15 @@ static inline void
 fs_fair_set_vtime(FsFairQueue *fq, float8 vtime)
 {
 	fq->vtime = vtime;
+	fs_fair_changed(fq);
+}
+
+/* The queue's virtual time and largest finish tag, as logged (WAL replay). */
+static inline void
+fs_fair_set_tags(FsFairQueue *fq, float8 vtime, float8 max_finish)
+{
+	fq->vtime = vtime;
+	fq->max_finish = max_finish;
 	fs_fair_changed(fq);
 }
 

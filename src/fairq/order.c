@@ -676,6 +676,47 @@ fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always)
 }
 
 /*
+ * Replay: put a tenant whose state the primary logged where its backlog and
+ * tag say in its queue's fair order: listed, with its tag as its key, if it
+ * has ready rows; out of the order if not.  The caller holds the entry's
+ * partition lock (rule 8: before the fair-order lock); a listed entry is
+ * pinned by its mark from then on.
+ */
+void
+fs_fair_replay_tenant(FsQueue *queue, FsTenant *entry)
+{
+	FsFairQueue *fq = fs_fair_queue(queue);
+	int64		ready;
+	float8		tag;
+	int32		i;
+
+	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	fs_tenant_lock(entry);
+	ready = entry->ready_rows;
+	tag = entry->virtual_finish;
+	fs_tenant_unlock(entry);
+	i = fs_heap_find(fq, entry);
+	if (i >= 0 && ready == 0)
+	{
+		/* Its chunk given back before its mark goes (the pools' sizing). */
+		fs_heap_remove(fq, i);
+		fs_heap_shrink(fq, 0);
+		fs_tenant_lock(entry);
+		fs_tenant_set_queued(entry, false);
+		fs_tenant_unlock(entry);
+	}
+	else if (i >= 0)
+	{
+		fs_heap_at(fq, i)->key = tag;
+		heap_fix(fq, i);
+	}
+	else if (ready != 0)
+		fs_fair_enqueue_locked(fq, entry, false);
+	fs_fair_note_finish(fq, tag);
+	LWLockRelease(fq->lock);
+}
+
+/*
  * Change a tenant's finish tag by `delta` (and its heap position).  Caller
  * holds fq->lock exclusively and pins the entry.
  */

@@ -50,7 +50,10 @@ enum
 	FS_FAIRQ_QUEUE = 1,			/* uint32: the queue's index in the file */
 	FS_FAIRQ_VTIME = 2,			/* float8 */
 	FS_FAIRQ_AVG_COST = 3,		/* float8 */
-	FS_FAIRQ_AVG_RUNTIME_MS = 4 /* float8 */
+	FS_FAIRQ_AVG_RUNTIME_MS = 4,	/* float8 */
+	FS_FAIRQ_MAX_FINISH = 5,	/* float8 */
+	FS_FAIRQ_ROWS_WITHOUT_TENANT = 6,	/* int64 */
+	FS_FAIRQ_UNTRACKED_ROWS = 7 /* int64 */
 };
 
 /*
@@ -151,3 +154,132 @@ fs_fairqueue_restore_section(uint32 tag, const char *data, Size bytes, uint64 co
 		fs_claim_map_restore(data, bytes, count, queues, nqueues, next_lease_id);
 }
 
+/* ----------------------------------------------------------------
+ * Replication through WAL
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * The fair-order state of queue `queue_id`, if it changed since version
+ * *seen (which moves on to the version copied).
+ */
+bool
+fs_fair_wal_changed(uint32 queue_id, uint64 *seen, FsFairWalState *state)
+{
+	FsFairQueue *fq;
+	bool		changed;
+
+	if (fs_fair == NULL || queue_id >= (uint32) fs_max_queues)
+		return false;
+	fq = &fs_fair->queues[queue_id];
+	LWLockAcquire(fq->lock, LW_SHARED);
+	changed = fq->wal_version != *seen;
+	if (changed)
+	{
+		*seen = fq->wal_version;
+		state->vtime = fq->vtime;
+		state->max_finish = fq->max_finish;
+		state->avg_cost = fq->avg_cost;
+		state->avg_runtime_ms = fq->avg_runtime_ms;
+		state->rows_without_tenant = fq->rows_without_tenant;
+		state->untracked_rows = fq->untracked_rows;
+	}
+	LWLockRelease(fq->lock);
+	return changed;
+}
+
+/* A queue's fair-order state as an item (the queue by its index in the record). */
+void
+fs_fair_wal_write(StringInfo buf, uint32 queue_index, const FsFairWalState *state)
+{
+	Size		item = fs_state_item_begin(buf);
+
+	fs_state_put_value(buf, FS_FAIRQ_QUEUE, queue_index);
+	fs_state_put_value(buf, FS_FAIRQ_VTIME, state->vtime);
+	fs_state_put_value(buf, FS_FAIRQ_MAX_FINISH, state->max_finish);
+	fs_state_put_value(buf, FS_FAIRQ_AVG_COST, state->avg_cost);
+	fs_state_put_value(buf, FS_FAIRQ_AVG_RUNTIME_MS, state->avg_runtime_ms);
+	fs_state_put_value(buf, FS_FAIRQ_ROWS_WITHOUT_TENANT, state->rows_without_tenant);
+	fs_state_put_value(buf, FS_FAIRQ_UNTRACKED_ROWS, state->untracked_rows);
+	fs_state_item_end(buf, item);
+}
+
+/*
+ * A queue's fair-order state from an item, kept in range; false without a
+ * queue or with a virtual time that is no number.
+ */
+bool
+fs_fair_wal_read(FsStateItem *item, uint32 *queue_index, FsFairWalState *state)
+{
+	uint8		field;
+	uint8		len;
+	const char *value;
+
+	*queue_index = PG_UINT32_MAX;
+	memset(state, 0, sizeof(*state));
+	state->vtime = NAN;
+	state->avg_cost = 1.0;
+	state->avg_runtime_ms = 1.0;
+	while (fs_state_field_next(item, &field, &value, &len))
+	{
+		if (field == FS_FAIRQ_QUEUE)
+			fs_state_field_value(value, len, *queue_index);
+		else if (field == FS_FAIRQ_VTIME)
+			fs_state_field_value(value, len, state->vtime);
+		else if (field == FS_FAIRQ_MAX_FINISH)
+			fs_state_field_value(value, len, state->max_finish);
+		else if (field == FS_FAIRQ_AVG_COST)
+			fs_state_field_value(value, len, state->avg_cost);
+		else if (field == FS_FAIRQ_AVG_RUNTIME_MS)
+			fs_state_field_value(value, len, state->avg_runtime_ms);
+		else if (field == FS_FAIRQ_ROWS_WITHOUT_TENANT)
+			fs_state_field_value(value, len, state->rows_without_tenant);
+		else if (field == FS_FAIRQ_UNTRACKED_ROWS)
+			fs_state_field_value(value, len, state->untracked_rows);
+	}
+	if (*queue_index == PG_UINT32_MAX || isnan(state->vtime) || isinf(state->vtime))
+		return false;
+	state->vtime = Max(state->vtime, 0.0);
+	if (isnan(state->max_finish) || isinf(state->max_finish))
+		state->max_finish = state->vtime;
+	state->avg_cost = fs_fair_clamp_cost(state->avg_cost, false);
+	state->avg_runtime_ms = fs_fair_clamp_cost(state->avg_runtime_ms, false);
+	state->rows_without_tenant = Max(state->rows_without_tenant, 0);
+	state->untracked_rows = Max(state->untracked_rows, 0);
+	return true;
+}
+
+/* Replay: give `queue` the fair-order state the primary logged. */
+void
+fs_fair_wal_apply(FsQueue *queue, const FsFairWalState *state)
+{
+	FsFairQueue *fq = fs_fair_queue(queue);
+
+	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	fs_fair_set_tags(fq, state->vtime, state->max_finish);
+	fs_fair_set_averages(fq, state->avg_cost, state->avg_runtime_ms);
+	fs_fair_set_outside(fq, state->rows_without_tenant, state->untracked_rows);
+	LWLockRelease(fq->lock);
+}
+
+/*
+ * The end of recovery: every queue is counted again from its table at its
+ * next use (the backlog logged lags the table's commits by up to an
+ * interval), as after a restart.
+ */
+void
+fs_fair_unsync_all(void)
+{
+	int			i;
+
+	if (fs_fair == NULL)
+		return;
+	for (i = 0; i < fs_max_queues; i++)
+	{
+		FsFairQueue *fq = &fs_fair->queues[i];
+
+		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+		fq->synced = false;
+		LWLockRelease(fq->lock);
+	}
+}

@@ -37,9 +37,29 @@ typedef struct FsLeasePartition
 	/* under the partition's lock: */
 	pairingheap_node *roots[FS_LEASE_HEAPS];
 	TimestampTz tops[FS_LEASE_HEAPS];	/* each root's expiry, or DT_NOEND */
+	int32		wal_count;		/* ids listed for the WAL writer */
+	bool		wal_overflow;	/* more changed than the list holds */
 } FsLeasePartition;
 
 static FsLeasePartition *fs_lease_parts = NULL;
+
+/*
+ * The leases each partition changed since the WAL writer last looked: the
+ * ids of leases that became WAL-dirty (negated for a lease no standby has
+ * yet, which the writer need not log as removed), and of logged leases
+ * removed.  FS_LEASE_PARTITIONS lists of fs_lease_wal_capacity ids, each
+ * under its partition's lock; fs_lease_wal_dirty says some list grew.
+ */
+static int64 *fs_lease_wal_ids = NULL;
+static int32 fs_lease_wal_capacity = 0;
+static pg_atomic_uint32 *fs_lease_wal_dirty = NULL;
+
+/* Ids listed per partition for the WAL writer: its share of the table, and a margin. */
+static int32
+fs_lease_wal_list_size(void)
+{
+	return fs_max_leases / FS_LEASE_PARTITIONS + 64;
+}
 
 /* Expired leases taken off a partition under one hold of its lock, at most. */
 #define FS_SWEEP_BATCH		128
@@ -53,9 +73,14 @@ static FsLeasePartition *fs_lease_parts = NULL;
 static Size
 fs_slots_shmem_size(void)
 {
-	return add_size(add_size(hash_estimate_size(fs_max_leases, sizeof(FsLease)),
-							 mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition))),
-					fs_scan_lists_size(FS_LEASE_PARTITIONS));
+	Size		size;
+
+	size = add_size(hash_estimate_size(fs_max_leases, sizeof(FsLease)),
+					mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition)));
+	size = add_size(size, fs_scan_lists_size(FS_LEASE_PARTITIONS));
+	size = add_size(size, MAXALIGN(sizeof(pg_atomic_uint32)));
+	return add_size(size, mul_size(mul_size(FS_LEASE_PARTITIONS, fs_lease_wal_list_size()),
+								   sizeof(int64)));
 }
 
 /* Ask for this layer's shared memory and locks (shmem request hook, module.c). */
@@ -76,6 +101,7 @@ fs_slots_shmem_init(void)
 {
 	HASHCTL		info;
 	bool		found;
+	bool		wal_found;
 	int			i;
 	int			h;
 
@@ -85,10 +111,23 @@ fs_slots_shmem_init(void)
 	fs_lease_parts = ShmemInitStruct("fairshare lease expiries",
 									 mul_size(FS_LEASE_PARTITIONS, sizeof(FsLeasePartition)),
 									 &found);
+	fs_lease_wal_capacity = fs_lease_wal_list_size();
+	fs_lease_wal_dirty = ShmemInitStruct("fairshare lease changes",
+										 add_size(MAXALIGN(sizeof(pg_atomic_uint32)),
+												  mul_size(mul_size(FS_LEASE_PARTITIONS,
+																	fs_lease_wal_capacity),
+														   sizeof(int64))),
+										 &wal_found);
+	fs_lease_wal_ids = (int64 *) ((char *) fs_lease_wal_dirty + MAXALIGN(sizeof(pg_atomic_uint32)));
+	if (!wal_found)
+		pg_atomic_init_u32(fs_lease_wal_dirty, 0);
+
 	if (!found)
 	{
 		for (i = 0; i < FS_LEASE_PARTITIONS; i++)
 		{
+			fs_lease_parts[i].wal_count = 0;
+			fs_lease_parts[i].wal_overflow = false;
 			pg_atomic_init_u64(&fs_lease_parts[i].earliest_expiry, (uint64) DT_NOEND);
 			for (h = 0; h < FS_LEASE_HEAPS; h++)
 			{
@@ -201,20 +240,47 @@ fs_lease_heap_remove(uint32 hashvalue, FsLease *lease)
  * ----------------------------------------------------------------
  */
 
+/* List `id` for the WAL writer in the partition of `hashvalue` (its lock held EXCLUSIVE). */
+static inline void
+fs_lease_wal_note(uint32 hashvalue, int64 id)
+{
+	int			p = hashvalue % FS_LEASE_PARTITIONS;
+	FsLeasePartition *part = &fs_lease_parts[p];
+
+	if (part->wal_count < fs_lease_wal_capacity)
+		fs_lease_wal_ids[(Size) p * fs_lease_wal_capacity + part->wal_count++] = id;
+	else
+		part->wal_overflow = true;
+	if (pg_atomic_read_u32(fs_lease_wal_dirty) == 0)
+		pg_atomic_write_u32(fs_lease_wal_dirty, 1);
+}
+
 /*
- * The end of every change of `lease` (`removed`: it has just left the
- * table, and `lease` must not be read).  The debug build checks the lease.
+ * The end of every change of `lease` (`removed`: it is about to leave the
+ * table).  Its first change since the WAL writer last logged it lists its
+ * id for the writer (negated if no standby has it yet); the removal of a
+ * logged lease does too, unless its id is listed already.  The debug build
+ * checks the lease.
  */
 static inline void
-fs_lease_changed(const FsLease *lease, bool removed)
+fs_lease_changed(FsLease *lease, uint32 hashvalue, bool removed)
 {
 	if (removed)
+	{
+		if ((lease->wal & FS_LEASE_WAL_LOGGED) && !(lease->wal & FS_LEASE_WAL_DIRTY))
+			fs_lease_wal_note(hashvalue, lease->lease_id);
 		return;
-	(void) lease;
+	}
 	FS_INVARIANT(lease->tenant != NULL);
 	FS_INVARIANT(lease->state == FS_LEASE_LIVE || lease->state == FS_LEASE_RELEASING ||
 				 lease->state == FS_LEASE_ORPHAN);
 	FS_INVARIANT(lease->state != FS_LEASE_RELEASING || lease->holder_pid != 0);
+	if (!(lease->wal & FS_LEASE_WAL_DIRTY))
+	{
+		lease->wal |= FS_LEASE_WAL_DIRTY;
+		fs_lease_wal_note(hashvalue, (lease->wal & FS_LEASE_WAL_LOGGED) ?
+						  lease->lease_id : -lease->lease_id);
+	}
 }
 
 /* Does a lease in `state` belong on its partition's expiry heap? */
@@ -240,10 +306,11 @@ fs_lease_fill(FsLease *lease, uint32 hashvalue, FsTenant *tenant, uint32 generat
 	lease->holder_pid = holder_pid;
 	lease->owner = owner;
 	lease->state = (uint8) state;
+	lease->wal = 0;
 	if (fs_lease_state_expires(state))
 		fs_lease_heap_add(hashvalue, lease);
 	fs_scan_list_add(&fs_lease_scan, hashvalue % FS_LEASE_PARTITIONS, &lease->scan_link);
-	fs_lease_changed(lease, false);
+	fs_lease_changed(lease, hashvalue, false);
 }
 
 /*
@@ -262,7 +329,7 @@ fs_lease_set_state(FsLease *lease, uint32 hashvalue, FsLeaseState state)
 	lease->state = (uint8) state;
 	if (state == FS_LEASE_RELEASING)
 		lease->holder_pid = MyProcPid;
-	fs_lease_changed(lease, false);
+	fs_lease_changed(lease, hashvalue, false);
 }
 
 /*
@@ -277,7 +344,7 @@ fs_lease_extend(FsLease *lease, uint32 hashvalue, TimestampTz expires_at, Oid ow
 	fs_lease_heap_add(hashvalue, lease);
 	if (!OidIsValid(lease->owner))
 		lease->owner = owner;
-	fs_lease_changed(lease, false);
+	fs_lease_changed(lease, hashvalue, false);
 }
 
 /* Remove a lease from the table, its expiry heap and its partition's list. */
@@ -286,11 +353,11 @@ fs_lease_remove(FsLease *lease, uint32 hashvalue)
 {
 	int64		lease_id = lease->lease_id;
 
+	fs_lease_changed(lease, hashvalue, true);
 	if (fs_lease_state_expires((FsLeaseState) lease->state))
 		fs_lease_heap_remove(hashvalue, lease);
 	fs_scan_list_remove(&lease->scan_link);
 	hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_REMOVE, NULL);
-	fs_lease_changed(NULL, true);
 }
 
 /*
@@ -528,6 +595,7 @@ typedef struct FsLeaseVisit
 {
 	fs_lease_visitor visitor;
 	void	   *arg;
+	fs_scan_pause pause;		/* fs_lease_foreach_for_wal(): between batches */
 } FsLeaseVisit;
 
 /* fs_scan_table() visitor of fs_lease_foreach(): hand on the lease's facts. */
@@ -564,6 +632,7 @@ fs_lease_foreach(fs_lease_visitor visitor, void *arg)
 
 	visit.visitor = visitor;
 	visit.arg = arg;
+	visit.pause = NULL;
 	fs_scan_table(&fs_lease_scan, fs_lease_visit_copy, &visit);
 }
 
@@ -606,4 +675,320 @@ fs_lease_restore(int64 lease_id, FsTenant *tenant, Oid owner, TimestampTz acquir
 	if (!orphan)
 		pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
 	return true;
+}
+
+/* ----------------------------------------------------------------
+ * Replication through WAL (statefile/wal_writer.c and wal_redo.c)
+ * ----------------------------------------------------------------
+ */
+
+/* Room fs_lease_wal_drain() needs: every partition's list. */
+Size
+fs_lease_wal_room(void)
+{
+	return (Size) FS_LEASE_PARTITIONS * fs_lease_wal_capacity;
+}
+
+/*
+ * Take the ids every partition listed since the last call into `ids` (room
+ * for fs_lease_wal_room()): each partition's list copied and emptied under
+ * its lock, a memcpy.  Returns how many; *overflow says that some changes
+ * were not listed (the writer then logs every lease).
+ */
+int
+fs_lease_wal_drain(int64 *ids, bool *overflow)
+{
+	int			n = 0;
+	int			p;
+
+	*overflow = false;
+	if (pg_atomic_read_u32(fs_lease_wal_dirty) == 0)
+		return 0;
+	pg_atomic_write_u32(fs_lease_wal_dirty, 0);
+	pg_memory_barrier();
+	for (p = 0; p < FS_LEASE_PARTITIONS; p++)
+	{
+		FsLeasePartition *part = &fs_lease_parts[p];
+		LWLock	   *lock = &fs_lease_locks[p].lock;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		memcpy(ids + n, fs_lease_wal_ids + (Size) p * fs_lease_wal_capacity,
+			   sizeof(int64) * part->wal_count);
+		n += part->wal_count;
+		*overflow |= part->wal_overflow;
+		part->wal_count = 0;
+		part->wal_overflow = false;
+		LWLockRelease(lock);
+	}
+	return n;
+}
+
+/* The facts of a lease (its lock held), as views and the WAL see them. */
+static void
+fs_lease_info(const FsLease *lease, FsLeaseInfo *info)
+{
+	info->lease_id = lease->lease_id;
+	/* The key never changes while the tenant is pinned. */
+	info->tenant_key = lease->tenant->key;
+	info->acquired_at = lease->acquired_at;
+	info->expires_at = lease->expires_at;
+	info->holder_pid = lease->holder_pid;
+	info->owner = lease->owner;
+	info->state = lease->state;
+}
+
+/*
+ * Copy lease `lease_id` for the WAL writer, as it is now, marking it logged
+ * and no longer changed: false when it is gone.
+ */
+bool
+fs_lease_wal_copy(int64 lease_id, FsLeaseInfo *info)
+{
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_FIND, NULL);
+	if (lease != NULL)
+	{
+		fs_lease_info(lease, info);
+		lease->wal = (lease->wal | FS_LEASE_WAL_LOGGED) & ~FS_LEASE_WAL_DIRTY;
+	}
+	LWLockRelease(lock);
+	return lease != NULL;
+}
+
+/* fs_scan_table() visitor of fs_lease_foreach_for_wal(): copy and mark logged. */
+static void
+fs_lease_visit_for_wal(void *hash_entry, void *arg)
+{
+	FsLease    *lease = (FsLease *) hash_entry;
+	FsLeaseVisit *visit = (FsLeaseVisit *) arg;
+	FsLeaseInfo info;
+
+	fs_lease_info(lease, &info);
+	lease->wal = (lease->wal | FS_LEASE_WAL_LOGGED) & ~FS_LEASE_WAL_DIRTY;
+	visit->visitor(&info, visit->arg);
+}
+
+/* Between two batches of fs_lease_foreach_for_wal(): the caller's pause. */
+static void
+fs_lease_visit_pause(void *arg)
+{
+	FsLeaseVisit *visit = (FsLeaseVisit *) arg;
+
+	visit->pause(visit->arg);
+}
+
+/*
+ * Every lease for a complete snapshot in WAL, each marked logged, a batch
+ * at a time as fs_lease_foreach() does, with `pause` between batches.
+ */
+void
+fs_lease_foreach_for_wal(fs_lease_visitor visitor, fs_scan_pause pause, void *arg)
+{
+	FsLeaseVisit visit;
+
+	visit.visitor = visitor;
+	visit.arg = arg;
+	visit.pause = pause;
+	fs_scan_table_paused(&fs_lease_scan, fs_lease_visit_for_wal, fs_lease_visit_pause, &visit);
+}
+
+/* Does a lease in `state` count a slot of its tenant (else: an orphan's pin)? */
+static inline bool
+fs_lease_state_counts(FsLeaseState state)
+{
+	return state != FS_LEASE_ORPHAN;
+}
+
+/*
+ * Bring an existing lease (its lock held EXCLUSIVE) to what the primary
+ * logged: its state (a slot or a pin in its tenant, moved between the
+ * two), expiry, owner and mark.
+ */
+static void
+fs_lease_replay_update(FsLease *lease, uint32 hashvalue, const FsLeaseReplay *rec)
+{
+	bool		counted = fs_lease_state_counts((FsLeaseState) lease->state);
+	bool		counts = fs_lease_state_counts(rec->state);
+
+	if (counted != counts && fs_lease_tenant_ok(lease))
+	{
+		FsTenant   *tenant = lease->tenant;
+
+		fs_tenant_lock(tenant);
+		if (counts)
+			(void) fs_tenant_orphan_adopt(tenant, rec->expires_at);
+		else if (fs_tenant_orphan_add(tenant))
+			(void) fs_tenant_slot_give_back(tenant, false);
+		fs_tenant_unlock(tenant);
+		if (counts)
+			pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
+		else
+			fs_queue_slots_sub(fs_queue_of(tenant), 1);
+	}
+	if (lease->state != rec->state)
+		fs_lease_set_state(lease, hashvalue, rec->state);
+	if (lease->expires_at != rec->expires_at && fs_lease_state_expires(rec->state))
+		fs_lease_extend(lease, hashvalue, rec->expires_at, rec->owner);
+	else
+		lease->expires_at = rec->expires_at;
+	lease->owner = rec->owner;
+	lease->wal = (lease->wal & ~FS_LEASE_WAL_MARK) | (rec->mark ? FS_LEASE_WAL_MARK : 0);
+}
+
+/*
+ * Replay a lease the primary logged (the startup process): bring the lease
+ * up to it, or enter it with a slot (or an orphan's pin) in its tenant's
+ * entry, which is made if missing.  False when there is no room for it
+ * (counted by the caller).
+ */
+bool
+fs_lease_replay(const FsLeaseReplay *logged)
+{
+	FsLeaseReplay copy = *logged;
+	const FsLeaseReplay *rec = &copy;
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &rec->lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+	FsTenantRef ref;
+	FsTenant   *tenant;
+	uint32		generation;
+	bool		counts;
+	bool		pinned;
+	bool		found;
+
+	/*
+	 * A lease being released on the primary still holds its slot there; here
+	 * nobody releases it, so it is live (its release comes as a removal).
+	 */
+	if (copy.state == FS_LEASE_RELEASING)
+		copy.state = FS_LEASE_LIVE;
+	counts = fs_lease_state_counts(rec->state);
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &rec->lease_id, hashvalue, HASH_FIND, NULL);
+	if (lease != NULL)
+	{
+		fs_lease_replay_update(lease, hashvalue, rec);
+		LWLockRelease(lock);
+		return true;
+	}
+	LWLockRelease(lock);
+
+	/* A new lease: its slot (or pin) first, which pins the entry (rule 2). */
+	tenant = fs_tenant_open(rec->queue, rec->tenant, FS_OPEN_CREATE | FS_OPEN_NO_LIMITS, &ref);
+	if (tenant == NULL)
+		return false;
+	generation = tenant->generation;
+	fs_tenant_lock(tenant);
+	if (counts)
+	{
+		fs_tenant_slot_take(tenant, rec->expires_at);
+		pinned = true;
+	}
+	else
+		pinned = fs_tenant_orphan_add(tenant);
+	fs_tenant_unlock(tenant);
+	fs_tenant_close(&ref);
+	if (!pinned)
+		return false;
+	if (counts)
+		pg_atomic_fetch_add_u32(&rec->queue->slots_in_use, 1);
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &rec->lease_id, hashvalue,
+										HASH_ENTER_NULL, &found);
+	if (lease != NULL && !found)
+	{
+		fs_lease_fill(lease, hashvalue, tenant, generation, rec->state, rec->owner, 0,
+					  rec->acquired_at, rec->expires_at);
+		if (rec->mark)
+			lease->wal |= FS_LEASE_WAL_MARK;
+	}
+	else if (lease != NULL)
+		fs_lease_replay_update(lease, hashvalue, rec);
+	LWLockRelease(lock);
+	if (lease == NULL || found)
+	{
+		/* No room (or entered meanwhile): give back what was taken for it. */
+		bool		ok = fs_lease_pin_release(tenant, generation, !counts, false);
+
+		fs_lease_count_was_wrong(!ok, false);
+	}
+	return lease != NULL;
+}
+
+/* Replay of a lease the primary removed: remove it, and what it held. */
+void
+fs_lease_replay_remove(int64 lease_id)
+{
+	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
+	LWLock	   *lock = fs_lease_lock(hashvalue);
+	FsLease    *lease;
+	FsTenant   *tenant;
+	uint32		generation;
+	bool		orphan;
+	bool		ok;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_FIND, NULL);
+	if (lease == NULL)
+	{
+		LWLockRelease(lock);
+		return;
+	}
+	tenant = lease->tenant;
+	generation = lease->tenant_generation;
+	orphan = !fs_lease_state_counts((FsLeaseState) lease->state);
+	fs_lease_remove(lease, hashvalue);
+	LWLockRelease(lock);
+	ok = fs_lease_pin_release(tenant, generation, orphan, false);
+	fs_lease_count_was_wrong(!ok, false);
+}
+
+/* fs_lease_replay_sweep()'s state: the leases to remove, in room made before. */
+typedef struct FsLeaseUnmarked
+{
+	int64	   *ids;
+	int			count;
+	int			capacity;
+	bool		mark;
+} FsLeaseUnmarked;
+
+/* fs_scan_table() visitor of fs_lease_replay_sweep(): note a lease not seen. */
+static void
+fs_lease_collect_unmarked(void *hash_entry, void *arg)
+{
+	FsLease    *lease = (FsLease *) hash_entry;
+	FsLeaseUnmarked *u = (FsLeaseUnmarked *) arg;
+	bool		marked = (lease->wal & FS_LEASE_WAL_MARK) != 0;
+
+	if (marked != u->mark && u->count < u->capacity)
+		u->ids[u->count++] = lease->lease_id;
+}
+
+/*
+ * The end of a complete snapshot in WAL: remove every lease it did not
+ * name (its mark is not `mark`).  Returns how many were removed.
+ */
+int
+fs_lease_replay_sweep(bool mark)
+{
+	FsLeaseUnmarked u;
+	int			i;
+
+	u.capacity = fs_max_leases;
+	u.ids = palloc_extended(sizeof(int64) * u.capacity, MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+	if (u.ids == NULL)
+		return 0;
+	u.count = 0;
+	u.mark = mark;
+	fs_scan_table(&fs_lease_scan, fs_lease_collect_unmarked, &u);
+	for (i = 0; i < u.count; i++)
+		fs_lease_replay_remove(u.ids[i]);
+	pfree(u.ids);
+	return u.count;
 }

@@ -41,11 +41,18 @@ typedef struct FsLease
 								 * a version before owners (anyone may; the
 								 * first renew makes the renewer the owner) */
 	uint8		state;			/* FsLeaseState */
+	uint8		wal;			/* FS_LEASE_WAL_* (leases.c) */
 	uint32		tenant_generation;	/* tenant->generation when it was taken */
 	pairingheap_node expiry_node;	/* LIVE and ORPHAN leases: in their
 									 * partition's heap by expires_at */
 	dlist_node	scan_link;		/* in its partition's list (scanlist.h) */
 } FsLease;
+
+/* FsLease.wal: what the WAL writer (statefile/wal_writer.c) knows of it */
+#define FS_LEASE_WAL_LOGGED		0x01	/* logged: a standby has it */
+#define FS_LEASE_WAL_DIRTY		0x02	/* changed since; its id is listed */
+#define FS_LEASE_WAL_MARK		0x04	/* on a standby: seen by the current
+										 * complete snapshot (wal_redo.c) */
 
 /* A lease as copied out for views and the state file. */
 typedef struct FsLeaseInfo
@@ -60,6 +67,19 @@ typedef struct FsLeaseInfo
 } FsLeaseInfo;
 
 typedef void (*fs_lease_visitor) (const FsLeaseInfo *lease, void *arg);
+
+/* A lease as the WAL replays it (statefile/wal_redo.c). */
+typedef struct FsLeaseReplay
+{
+	int64		lease_id;
+	FsQueue    *queue;
+	const char *tenant;
+	TimestampTz acquired_at;
+	TimestampTz expires_at;
+	Oid			owner;
+	FsLeaseState state;
+	bool		mark;			/* the current snapshot's mark */
+} FsLeaseReplay;
 
 /* Outcome of fs_slot_acquire(). */
 typedef struct FsSlotDecision
@@ -84,5 +104,14 @@ extern void fs_lease_foreach(fs_lease_visitor visitor, void *arg);
 extern bool fs_lease_restore(int64 lease_id, FsTenant *tenant, Oid owner,
 							 TimestampTz acquired_at, TimestampTz expires_at, bool orphan);
 extern long fs_lease_count(void);
+
+/* leases.c: replication through WAL */
+extern Size fs_lease_wal_room(void);
+extern int	fs_lease_wal_drain(int64 *ids, bool *overflow);
+extern bool fs_lease_wal_copy(int64 lease_id, FsLeaseInfo *info);
+extern void fs_lease_foreach_for_wal(fs_lease_visitor visitor, fs_scan_pause pause, void *arg);
+extern bool fs_lease_replay(const FsLeaseReplay *rec);
+extern void fs_lease_replay_remove(int64 lease_id);
+extern int	fs_lease_replay_sweep(bool mark);
 
 #endif							/* FAIRSHARE_SLOTS_H */

@@ -23,7 +23,8 @@
 enum
 {
 	FS_QUEUE_DBOID = 1,			/* Oid */
-	FS_QUEUE_NAME = 2			/* name */
+	FS_QUEUE_NAME = 2,			/* name */
+	FS_QUEUE_INDEX = 3			/* uint32: its index, where not its place */
 };
 
 enum
@@ -41,7 +42,9 @@ enum
 	FS_TENANT_MIN_SLOTS = 11,	/* int32 */
 	FS_TENANT_WEIGHT = 12,		/* float8 */
 	FS_TENANT_BUDGET = 13,		/* float8: budget_ms_per_minute */
-	FS_TENANT_THROTTLE = 14		/* float8 */
+	FS_TENANT_THROTTLE = 14,	/* float8 */
+	FS_TENANT_READY_ROWS = 15,	/* int64: the fair-dequeue backlog */
+	FS_TENANT_FLAGS = 16		/* uint8: FS_TENANT_NEW and FS_TENANT_DRY */
 };
 
 enum
@@ -51,7 +54,8 @@ enum
 	FS_LEASE_TENANT = 3,		/* name */
 	FS_LEASE_ACQUIRED_AT = 4,	/* TimestampTz */
 	FS_LEASE_EXPIRES_AT = 5,	/* TimestampTz */
-	FS_LEASE_OWNER = 6			/* Oid */
+	FS_LEASE_OWNER = 6,			/* Oid */
+	FS_LEASE_STATE = 7			/* uint8: FsLeaseState */
 };
 
 enum
@@ -87,6 +91,18 @@ fs_state_write_queue(StringInfo buf, const FsQueueKey *key)
 	fs_state_item_end(buf, at);
 }
 
+/* A queue with its index (a WAL record names only the queues it uses). */
+void
+fs_state_write_queue_at(StringInfo buf, uint32 index, const FsQueueKey *key)
+{
+	Size		at = fs_state_item_begin(buf);
+
+	fs_state_put_value(buf, FS_QUEUE_INDEX, index);
+	fs_state_put_value(buf, FS_QUEUE_DBOID, key->dboid);
+	fs_state_put_name(buf, FS_QUEUE_NAME, key->name);
+	fs_state_item_end(buf, at);
+}
+
 /*
  * A tenant entry (a copy): its key (its queue's index in the file is its
  * id), balance, counters and last limits.  At most FS_TENANT_ITEM_MAX bytes.
@@ -95,6 +111,7 @@ void
 fs_state_write_tenant(StringInfo buf, const FsTenant *tenant)
 {
 	Size		at;
+	uint8		flags;
 
 	at = fs_state_item_begin(buf);
 	fs_state_put_value(buf, FS_TENANT_QUEUE, tenant->key.queue_id);
@@ -111,6 +128,9 @@ fs_state_write_tenant(StringInfo buf, const FsTenant *tenant)
 	fs_state_put_value(buf, FS_TENANT_WEIGHT, tenant->weight);
 	fs_state_put_value(buf, FS_TENANT_BUDGET, tenant->budget_ms_per_minute);
 	fs_state_put_value(buf, FS_TENANT_THROTTLE, tenant->throttle);
+	fs_state_put_value(buf, FS_TENANT_READY_ROWS, tenant->ready_rows);
+	flags = tenant->flags & (FS_TENANT_NEW | FS_TENANT_DRY);
+	fs_state_put_value(buf, FS_TENANT_FLAGS, flags);
 	fs_state_item_end(buf, at);
 }
 
@@ -127,6 +147,7 @@ fs_state_write_lease(StringInfo buf, const FsLeaseInfo *lease)
 	fs_state_put_value(buf, FS_LEASE_ACQUIRED_AT, lease->acquired_at);
 	fs_state_put_value(buf, FS_LEASE_EXPIRES_AT, lease->expires_at);
 	fs_state_put_value(buf, FS_LEASE_OWNER, lease->owner);
+	fs_state_put_value(buf, FS_LEASE_STATE, lease->state);
 	fs_state_item_end(buf, at);
 }
 
@@ -160,9 +181,22 @@ fs_state_write_stats(StringInfo buf, const FsGlobalStats *stats)
 void
 fs_state_read_queue(FsStateItem *item, FsQueueKey *key)
 {
+	uint32		index;
+
+	(void) fs_state_read_queue_at(item, key, &index);
+}
+
+/*
+ * A queue item, with its index when it has one (false without: its place
+ * is its index).
+ */
+bool
+fs_state_read_queue_at(FsStateItem *item, FsQueueKey *key, uint32 *index)
+{
 	uint8		field;
 	uint8		len;
 	const char *value;
+	bool		has_index = false;
 
 	while (fs_state_field_next(item, &field, &value, &len))
 	{
@@ -170,7 +204,10 @@ fs_state_read_queue(FsStateItem *item, FsQueueKey *key)
 			fs_state_field_value(value, len, key->dboid);
 		else if (field == FS_QUEUE_NAME && !fs_state_field_name(value, len, key->name, FS_NAME_BUFLEN))
 			key->name[0] = '\0';
+		else if (field == FS_QUEUE_INDEX)
+			has_index = fs_state_field_value(value, len, *index);
 	}
+	return has_index;
 }
 
 
@@ -184,6 +221,7 @@ fs_state_read_tenant(FsStateItem *item, FsTenant *record, uint32 *queue_index, T
 	uint8		field;
 	uint8		len;
 	const char *value;
+	uint8		flags;
 
 	/* What a field the file lacks keeps: a new entry's values. */
 	memset(record, 0, sizeof(*record));
@@ -241,6 +279,13 @@ fs_state_read_tenant(FsStateItem *item, FsTenant *record, uint32 *queue_index, T
 			case FS_TENANT_THROTTLE:
 				fs_state_field_value(value, len, record->throttle);
 				break;
+			case FS_TENANT_READY_ROWS:
+				fs_state_field_value(value, len, record->ready_rows);
+				break;
+			case FS_TENANT_FLAGS:
+				if (fs_state_field_value(value, len, flags))
+					record->flags = flags & (FS_TENANT_NEW | FS_TENANT_DRY);
+				break;
 			default:
 				break;			/* a field of a later version */
 		}
@@ -262,6 +307,7 @@ fs_state_read_lease(FsStateItem *item, FsLeaseRecord *record)
 
 	memset(record, 0, sizeof(*record));
 	record->owner = InvalidOid;
+	record->state = FS_LEASE_LIVE;
 	while (fs_state_field_next(item, &field, &value, &len))
 	{
 		switch (field)
@@ -283,6 +329,9 @@ fs_state_read_lease(FsStateItem *item, FsLeaseRecord *record)
 				break;
 			case FS_LEASE_OWNER:
 				fs_state_field_value(value, len, record->owner);
+				break;
+			case FS_LEASE_STATE:
+				fs_state_field_value(value, len, record->state);
 				break;
 			default:
 				break;

@@ -59,20 +59,6 @@ PG_FUNCTION_INFO_V1(fs_save_state_now);
 /* Restored times older than this are taken as "now" (a damaged file). */
 #define FS_RESTORE_MAX_AGE	(INT64CONST(3660) * USECS_PER_DAY)
 
-/*
- * After a crash, lease ids restart this far above the last save's figure:
- * more than a million grants a second for a week between two saves.
- */
-#define FS_LEASE_ID_CRASH_MARGIN	(INT64CONST(1) << 40)
-
-/*
- * The highest next lease id a file may carry.  Ids start at the clock in
- * microseconds (about 2^50 today); this leaves 2^62 ids of room, so that no
- * id handed out after a restore can wrap past INT64_MAX.  A file above it is
- * damaged, whatever its CRC says.
- */
-#define FS_LEASE_ID_MAX				(PG_INT64_MAX / 2)
-
 typedef struct FsStateHeader
 {
 	uint32		magic;

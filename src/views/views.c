@@ -226,6 +226,8 @@ fs_start_kind_name(FsStartKind kind)
 			return "restored";
 		case FS_START_AFTER_CRASH:
 			return "after_crash";
+		case FS_START_REPLAYED:
+			return "replayed";
 	}
 	return "unknown";
 }

@@ -25,10 +25,14 @@ sub fs_node
 	my ($name, $extra, %init) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init(%init);
-	open(my $fh, '<', fs_src() . '/test/fairshare.conf') or die "fairshare.conf: $!";
-	local $/;
-	$node->append_conf('postgresql.conf', <$fh>);
-	close $fh;
+	my $conf = do
+	{
+		# Slurp, and only here: the node's start reads its pid file with $/.
+		local $/;
+		open(my $fh, '<', fs_src() . '/test/fairshare.conf') or die "fairshare.conf: $!";
+		<$fh>;
+	};
+	$node->append_conf('postgresql.conf', $conf);
 	$node->append_conf('postgresql.conf', $extra) if defined $extra;
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION fairshare');

@@ -1,6 +1,7 @@
 # The state file: a clean restart keeps state; a crash starts slot counts
 # empty and keeps leases as orphans that re-register on renew; a damaged file
-# is ignored.
+# is ignored.  Without WAL (fairshare.wal_interval = 0): with it, a crash
+# replays the state instead (062_wal_crash.pl).
 use strict;
 use warnings;
 
@@ -9,7 +10,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FairshareTest;
 
-my $node = fs_node('state', 'restart_after_crash = on');
+my $node = fs_node('state', "restart_after_crash = on\nfairshare.wal_interval = 0");
 my $q = sub { $node->safe_psql('postgres', shift) };
 
 $q->("SELECT fs_set_limit('acme', 'st', max_slots => 3)");

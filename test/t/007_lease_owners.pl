@@ -3,7 +3,8 @@
 # read and its leases come back without an owner (the first role to renew
 # one becomes its owner); a version 3 file (field by field) with fields and
 # sections of a later build gives back what this build knows; a file of a
-# version this build does not know is ignored, never misread.
+# version this build does not know is ignored, never misread.  Without WAL
+# (fairshare.wal_interval = 0), so that the state file is all there is.
 use strict;
 use warnings;
 
@@ -12,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FairshareTest;
 
-my $node = fs_node('owners', 'restart_after_crash = on');
+my $node = fs_node('owners', "restart_after_crash = on\nfairshare.wal_interval = 0");
 my $q = sub { $node->safe_psql('postgres', shift) };
 # Run as a role; returns (stdout, stderr).
 my $as = sub {

@@ -5,7 +5,8 @@
 # it starts).  After a crash the backlogs start empty and are recounted the
 # same way, and a claim saved before the crash releases its (orphaned) lease
 # when it finishes.  The scheduler recounts every fairshare.resync_interval,
-# so drift heals on its own.
+# so drift heals on its own.  Without WAL (fairshare.wal_interval = 0): with
+# it, a crash replays the state (062_wal_crash.pl).
 use strict;
 use warnings;
 
@@ -14,7 +15,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FairshareTest;
 
-my $node = fs_node('fairq_restart', 'restart_after_crash = on');
+my $node = fs_node('fairq_restart', "restart_after_crash = on\nfairshare.wal_interval = 0");
 my $q = sub { $node->safe_psql('postgres', shift) };
 
 $q->(q{

@@ -442,11 +442,16 @@ my @tmp = grep { /^fairshare\.state\..*\.tmp$/ } readdir($dh);
 closedir($dh);
 inv_is(scalar(@tmp), 0, 'fs_save_state(): no temporary file left behind');
 # The file the faults left must load: after an immediate stop (a crash for
-# fairshare) the leases come back as orphans and renew.
+# fairshare) the running file is read, its leases as orphans, and the WAL
+# replayed over it makes them live again.
+my $log_at = -s $node->logfile;
 $node->stop('immediate');
 $node->start;
-inv_is($q->('SELECT start_kind FROM fs_stats'), 'after_crash', 'the running state file loads after an immediate stop');
-inv_is($q->("SELECT count(*) FROM fs_leases WHERE state = 'orphan'"), '2', 'the leases held come back as orphans');
+like(substr(slurp_file($node->logfile), $log_at), qr/fairshare restored crashed state: \d+ tenants, \d+ leases/,
+	'the running state file loads after an immediate stop');
+inv_is($q->('SELECT start_kind FROM fs_stats'), 'replayed', 'and the WAL is replayed over it');
+inv_is($q->("SELECT count(*) FROM fs_leases WHERE state = 'live' AND lease_id IN (" . join(',', @leases) . ')'),
+	'2', 'the leases held come back live');
 inv_is($q->('SELECT string_agg(fs_renew_slot(l)::text, \',\') FROM unnest(ARRAY[' . join(',', @leases) . ']::bigint[]) l'),
 	'true,true', 'and renew');
 after_fault('fs_save_state(), restarted');

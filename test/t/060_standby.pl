@@ -28,7 +28,7 @@ my @refused = (
 	["SELECT fs_renew_slot($lease)", 'renew a fairshare lease'],
 	["SELECT fs_spend_tokens('t1', 1, 10, 'q')", 'spend fairshare tokens'],
 	["SELECT fs_charge_tokens('t1', 10, 'q')", 'charge fairshare tokens'],
-	["SELECT * FROM fs_claim('q', 1)", 'claim rows with fairshare'],
+	["SELECT * FROM fs_claim('q', NULL::jobs, 1)", 'claim rows with fairshare'],
 	["SELECT fs_worker_heartbeat('w1', 4, 'q')", 'record a worker heartbeat'],
 	["SELECT fs_report_latency('10 ms', 'q')", 'report a queue latency'],
 	["SELECT fs_reset()", 'reset fairshare counters'],

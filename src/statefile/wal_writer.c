@@ -1,0 +1,432 @@
+/*-------------------------------------------------------------------------
+ *
+ * wal_writer.c
+ *	  The WAL writer ("fairshare wal writer"): a background worker of the
+ *	  primary that logs fairshare's state changes in batches (wal.c has the
+ *	  whole picture).
+ *
+ * Every fairshare.wal_interval it copies the tenant entries, leases and
+ * fair queues marked as changed, clears their marks as it copies (in the
+ * same lock hold), logs them in BATCH records and flushes.  When the
+ * checkpoint redo pointer has moved since its last complete snapshot (and
+ * when it starts: after a crash or a promotion), it logs a complete one
+ * instead.  Copies are made a batch of entries at a time under the tables'
+ * own locks, into room made before each batch; records are built and
+ * inserted with no fairshare lock held.  At a shutdown it logs what is
+ * left before it exits.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "access/xloginsert.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "core/stateformat.h"
+#include "fairq/fairqueue.h"
+#include "slots/slots.h"
+#include "statefile/records.h"
+#include "statefile/wal.h"
+
+/* The record being built: its items by section, and the queues they name. */
+typedef struct FsWalBuild
+{
+	uint8		info;			/* XLOG_FS_BATCH or XLOG_FS_FULL_CHUNK */
+	StringInfoData tenants;
+	StringInfoData leases;
+	StringInfoData gone;
+	StringInfoData fairq;
+	uint64		ntenants;
+	uint64		nleases;
+	uint64		ngone;
+	uint64		nfairq;
+	bool	   *queue_named;	/* by queue id: an item names the queue */
+	bool		lost;			/* an item found no room: log a snapshot next */
+	XLogRecPtr	last_lsn;		/* end of the last record inserted */
+	uint64		records;
+	uint64		bytes;
+} FsWalBuild;
+
+/* The writer's memory: the build, the lease ids, the fair queues' versions. */
+static FsWalBuild build;
+static int64 *lease_ids = NULL;
+static uint64 *fairq_seen = NULL;
+
+/* The room a batch of the tables' scans may need (FS_SCAN_BATCH items). */
+#define FS_WAL_TENANT_ROOM		(FS_SCAN_BATCH * (FS_TENANT_ITEM_MAX + 8))
+#define FS_WAL_LEASE_ROOM		(FS_SCAN_BATCH * (FS_LEASE_ITEM_MAX + 8))
+
+/* The bytes of the record built so far (without its queues and header). */
+static Size
+fs_wal_build_size(const FsWalBuild *b)
+{
+	return (Size) b->tenants.len + b->leases.len + b->gone.len + b->fairq.len;
+}
+
+/* Append a section of `count` items, already written in `items`. */
+static void
+fs_wal_put_section(StringInfo rec, FsSectionTag tag, const StringInfoData *items, uint64 count)
+{
+	Size		at;
+
+	if (count == 0)
+		return;
+	at = fs_state_section_begin(rec, tag, 0);
+	appendBinaryStringInfo(rec, items->data, items->len);
+	fs_state_section_end(rec, at, count);
+}
+
+/*
+ * Insert a record of kind `info` with the build's items (none: a header
+ * only), and empty the build.  No fairshare lock is held.
+ */
+static void
+fs_wal_insert(FsWalBuild *b, uint8 info)
+{
+	StringInfoData rec;
+	FsWalHeader header;
+	Size		at;
+	int			q;
+
+	initStringInfo(&rec);
+	memset(&header, 0, sizeof(header));
+	header.magic = FS_WAL_MAGIC;
+	header.format = FS_WAL_FORMAT;
+	header.primary_now = GetCurrentTimestamp();
+	header.next_lease_id = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
+	appendBinaryStringInfo(&rec, (char *) &header, sizeof(header));
+	if (info == XLOG_FS_BATCH || info == XLOG_FS_FULL_CHUNK)
+	{
+		uint64		nqueues = 0;
+
+		at = fs_state_section_begin(&rec, FS_SECTION_QUEUES, 0);
+		for (q = 0; q < fs_max_queues; q++)
+		{
+			FsQueue    *queue;
+
+			if (!b->queue_named[q] || (queue = fs_queue_by_id((uint32) q)) == NULL)
+				continue;
+			fs_state_write_queue_at(&rec, (uint32) q, &queue->key);
+			nqueues++;
+			b->queue_named[q] = false;
+		}
+		fs_state_section_end(&rec, at, nqueues);
+		fs_wal_put_section(&rec, FS_SECTION_TENANTS, &b->tenants, b->ntenants);
+		fs_wal_put_section(&rec, FS_SECTION_LEASES, &b->leases, b->nleases);
+		fs_wal_put_section(&rec, FS_SECTION_LEASES_GONE, &b->gone, b->ngone);
+		fs_wal_put_section(&rec, FS_SECTION_FAIRQ_QUEUES, &b->fairq, b->nfairq);
+		(void) fs_state_section_begin(&rec, FS_SECTION_END, 0);
+	}
+
+	XLogBeginInsert();
+	XLogRegisterData(rec.data, rec.len);
+	/* Snapshots must not make an idle server checkpoint (wal.c). */
+	if (info != XLOG_FS_BATCH)
+		XLogSetRecordFlags(XLOG_MARK_UNIMPORTANT);
+	b->last_lsn = XLogInsert((RmgrId) fs_wal_rmgr_id, info);
+	b->records++;
+	b->bytes += rec.len;
+	pfree(rec.data);
+
+	resetStringInfo(&b->tenants);
+	resetStringInfo(&b->leases);
+	resetStringInfo(&b->gone);
+	resetStringInfo(&b->fairq);
+	b->ntenants = b->nleases = b->ngone = b->nfairq = 0;
+}
+
+/* Insert the build as a record of its kind if it holds anything. */
+static void
+fs_wal_emit(FsWalBuild *b)
+{
+	if (b->ntenants + b->nleases + b->ngone + b->nfairq > 0)
+		fs_wal_insert(b, b->info);
+}
+
+/*
+ * Between two batches of a scan (no lock held): insert the record if it is
+ * big enough, and make room for the next batch's items.
+ */
+static void
+fs_wal_build_pause(void *arg)
+{
+	FsWalBuild *b = (FsWalBuild *) arg;
+
+	if (fs_wal_build_size(b) >= FS_WAL_RECORD_MAX)
+		fs_wal_emit(b);
+	enlargeStringInfo(&b->tenants, FS_WAL_TENANT_ROOM);
+	enlargeStringInfo(&b->leases, FS_WAL_LEASE_ROOM);
+}
+
+/* Note that an item of this record names queue `queue_id`. */
+static inline void
+fs_wal_name_queue(FsWalBuild *b, uint32 queue_id)
+{
+	if (queue_id < (uint32) fs_max_queues)
+		b->queue_named[queue_id] = true;
+}
+
+/*
+ * fs_tenant_foreach_for_wal() visitor (under the entry's partition lock):
+ * a tenant's item, in the room made before the batch.
+ */
+static void
+fs_wal_add_tenant(const FsTenant *copy, void *arg)
+{
+	FsWalBuild *b = (FsWalBuild *) arg;
+
+	if (!fs_state_item_fits(&b->tenants, FS_TENANT_ITEM_MAX))
+	{
+		b->lost = true;
+		return;
+	}
+	fs_state_write_tenant(&b->tenants, copy);
+	b->ntenants++;
+	fs_wal_name_queue(b, copy->key.queue_id);
+}
+
+/*
+ * fs_lease_foreach_for_wal() visitor (under the lease's partition lock),
+ * and the batch's way for one lease: a lease's item, in the room made.
+ */
+static void
+fs_wal_add_lease(const FsLeaseInfo *lease, void *arg)
+{
+	FsWalBuild *b = (FsWalBuild *) arg;
+
+	if (!fs_state_item_fits(&b->leases, FS_LEASE_ITEM_MAX))
+	{
+		b->lost = true;
+		return;
+	}
+	fs_state_write_lease(&b->leases, lease);
+	b->nleases++;
+	fs_wal_name_queue(b, lease->tenant_key.queue_id);
+}
+
+/* The id of a lease removed (no lock held). */
+static void
+fs_wal_add_gone(FsWalBuild *b, int64 lease_id)
+{
+	Size		at = fs_state_item_begin(&b->gone);
+
+	fs_state_put_value(&b->gone, FS_GONE_LEASE_ID, lease_id);
+	fs_state_item_end(&b->gone, at);
+	b->ngone++;
+}
+
+/* The fair queues whose state changed since it was last logged (all: `all`). */
+static void
+fs_wal_add_fair_queues(FsWalBuild *b, bool all)
+{
+	int			q;
+
+	for (q = 0; q < fs_max_queues; q++)
+	{
+		FsFairWalState state;
+
+		if (all)
+			fairq_seen[q] = ~fairq_seen[q];		/* differs from any version */
+		if (fs_queue_by_id((uint32) q) == NULL ||
+			!fs_fair_wal_changed((uint32) q, &fairq_seen[q], &state))
+			continue;
+		fs_fair_wal_write(&b->fairq, (uint32) q, &state);
+		b->nfairq++;
+		fs_wal_name_queue(b, (uint32) q);
+	}
+}
+
+/*
+ * One interval's batch: the changed tenants, the changed and removed
+ * leases, the changed fair queues.  Sets *need_snapshot when changes could
+ * not be tracked one by one (a list overflowed, an item found no room).
+ */
+static void
+fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
+{
+	bool		overflow;
+	int			n;
+	int			i;
+
+	b->info = XLOG_FS_BATCH;
+	fs_wal_build_pause(b);
+	if (pg_atomic_read_u32(&fs_shared->wal_tenants_dirty) != 0)
+		fs_tenant_foreach_for_wal(fs_wal_add_tenant, fs_wal_build_pause, b, false);
+
+	n = fs_lease_wal_drain(lease_ids, &overflow);
+	for (i = 0; i < n; i++)
+	{
+		int64		id = lease_ids[i];
+		FsLeaseInfo info;
+
+		if (fs_wal_build_size(b) >= FS_WAL_RECORD_MAX)
+			fs_wal_emit(b);
+		enlargeStringInfo(&b->leases, FS_LEASE_ITEM_MAX + 8);
+		if (fs_lease_wal_copy(id < 0 ? -id : id, &info))
+			fs_wal_add_lease(&info, b);
+		else if (id > 0)
+			fs_wal_add_gone(b, id);	/* a standby has it: remove it there */
+	}
+	fs_wal_add_fair_queues(b, false);
+	fs_wal_emit(b);
+	if (overflow || b->lost)
+		*need_snapshot = true;
+	b->lost = false;
+}
+
+/*
+ * A complete snapshot: FULL_BEGIN, every tenant, lease and fair queue in
+ * FULL_CHUNKs, FULL_END.  A standby removes the leases it did not name.
+ * The lease lists are emptied first: what they named is in the snapshot
+ * (or gone from it, and so removed), and later changes are listed anew.
+ */
+static void
+fs_wal_write_snapshot(FsWalBuild *b)
+{
+	bool		overflow;
+
+	(void) fs_lease_wal_drain(lease_ids, &overflow);
+	fs_wal_insert(b, XLOG_FS_FULL_BEGIN);
+	b->info = XLOG_FS_FULL_CHUNK;
+	fs_wal_build_pause(b);
+	fs_tenant_foreach_for_wal(fs_wal_add_tenant, fs_wal_build_pause, b, true);
+	fs_lease_foreach_for_wal(fs_wal_add_lease, fs_wal_build_pause, b);
+	fs_wal_add_fair_queues(b, true);
+	fs_wal_emit(b);
+	fs_wal_insert(b, XLOG_FS_FULL_END);
+	b->lost = false;
+}
+
+/* Publish a finished cycle (fs_wal_sync() and fs_replication wait on it). */
+static void
+fs_wal_cycle_done(FsWalBuild *b, bool snapshot)
+{
+	if (b->records > 0)
+		XLogFlush(b->last_lsn);
+	SpinLockAcquire(&fs_wal->mutex);
+	fs_wal->cycles++;
+	if (b->records > 0)
+	{
+		fs_wal->written_lsn = b->last_lsn;
+		fs_wal->written_at = GetCurrentTimestamp();
+		fs_wal->records += b->records;
+		fs_wal->bytes += b->bytes;
+	}
+	if (snapshot)
+		fs_wal->snapshots++;
+	SpinLockRelease(&fs_wal->mutex);
+	ConditionVariableBroadcast(&fs_wal->cycle_done);
+	b->records = 0;
+	b->bytes = 0;
+}
+
+/* before_shmem_exit: no writer runs any more. */
+static void
+fs_wal_writer_detach(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+{
+	SpinLockAcquire(&fs_wal->mutex);
+	fs_wal->writer_latch = NULL;
+	SpinLockRelease(&fs_wal->mutex);
+	ConditionVariableBroadcast(&fs_wal->cycle_done);
+}
+
+/* The WAL writer's memory, made once. */
+static void
+fs_wal_writer_setup(void)
+{
+	MemoryContext cxt = AllocSetContextCreate(TopMemoryContext, "fairshare wal writer",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	memset(&build, 0, sizeof(build));
+	initStringInfo(&build.tenants);
+	initStringInfo(&build.leases);
+	initStringInfo(&build.gone);
+	initStringInfo(&build.fairq);
+	build.queue_named = palloc0(sizeof(bool) * Max(fs_max_queues, 1));
+	lease_ids = palloc_extended(sizeof(int64) * Max(fs_lease_wal_room(), 1), MCXT_ALLOC_HUGE);
+	fairq_seen = palloc0(sizeof(uint64) * Max(fs_max_queues, 1));
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * The WAL writer's main loop.  It logs a snapshot first (it starts after a
+ * crash recovery or a promotion, and a standby made from a base backup has
+ * it after that backup's checkpoint anyway), then a batch every interval,
+ * and a snapshot whenever a checkpoint has begun since the last one.
+ */
+void
+fs_wal_writer_main(Datum main_arg pg_attribute_unused())
+{
+	XLogRecPtr	snapshot_redo = InvalidXLogRecPtr;
+	bool		need_snapshot = true;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	BackgroundWorkerUnblockSignals();
+	/* No database: this sets up what inserting WAL needs. */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname("fairshare wal writer");
+
+	fs_wal_writer_setup();
+	SpinLockAcquire(&fs_wal->mutex);
+	fs_wal->writer_latch = MyLatch;
+	SpinLockRelease(&fs_wal->mutex);
+	before_shmem_exit(fs_wal_writer_detach, (Datum) 0);
+
+	for (;;)
+	{
+		long		timeout = fs_wal_interval_ms > 0 ? fs_wal_interval_ms : 1000;
+		XLogRecPtr	redo;
+		bool		snapshot = false;
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		if (fs_wal_interval_ms == 0)
+			need_snapshot = true;	/* when turned on again */
+		else
+		{
+			redo = GetRedoRecPtr();
+			if (redo != snapshot_redo)
+				need_snapshot = true;
+			if (need_snapshot)
+			{
+				fs_wal_write_snapshot(&build);
+				snapshot_redo = redo;
+				need_snapshot = false;
+				snapshot = true;
+			}
+			else
+				fs_wal_write_batch(&build, &need_snapshot);
+		}
+		fs_wal_cycle_done(&build, snapshot);
+
+		if (ShutdownRequestPending)
+		{
+			/* The last changes, before the shutdown checkpoint. */
+			if (fs_wal_interval_ms > 0)
+			{
+				fs_wal_write_batch(&build, &need_snapshot);
+				fs_wal_cycle_done(&build, false);
+			}
+			proc_exit(0);
+		}
+	}
+}
