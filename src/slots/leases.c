@@ -738,25 +738,46 @@ fs_lease_info(const FsLease *lease, FsLeaseInfo *info)
 }
 
 /*
- * Copy lease `lease_id` for the WAL writer, as it is now, marking it logged
- * and no longer changed: false when it is gone.
+ * Copy the leases of ids[0 .. n) (negated ids are leases no standby has
+ * yet) for the WAL writer, as they are now, each marked logged and no
+ * longer changed: found[i] says whether the lease of ids[i] still exists,
+ * and infos[i] holds it.  The ids come as fs_lease_wal_drain() gives them,
+ * a partition's together, so each partition's lock is taken once for a
+ * batch of at most FS_SCAN_BATCH of them, not once per lease.
  */
-bool
-fs_lease_wal_copy(int64 lease_id, FsLeaseInfo *info)
+void
+fs_lease_wal_copy_many(const int64 *ids, int n, FsLeaseInfo *infos, bool *found)
 {
-	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
-	LWLock	   *lock = fs_lease_lock(hashvalue);
-	FsLease    *lease;
+	int			i = 0;
 
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue, HASH_FIND, NULL);
-	if (lease != NULL)
+	while (i < n)
 	{
-		fs_lease_info(lease, info);
-		lease->wal = (lease->wal | FS_LEASE_WAL_LOGGED) & ~FS_LEASE_WAL_DIRTY;
+		int64		first = ids[i] < 0 ? -ids[i] : ids[i];
+		uint32		part = get_hash_value(fs_lease_hash, &first) % FS_LEASE_PARTITIONS;
+		LWLock	   *lock = &fs_lease_locks[part].lock;
+		int			held = 0;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		while (i < n && held < FS_SCAN_BATCH)
+		{
+			int64		id = ids[i] < 0 ? -ids[i] : ids[i];
+			uint32		hashvalue = get_hash_value(fs_lease_hash, &id);
+			FsLease    *lease;
+
+			if (hashvalue % FS_LEASE_PARTITIONS != part)
+				break;
+			lease = hash_search_with_hash_value(fs_lease_hash, &id, hashvalue, HASH_FIND, NULL);
+			found[i] = lease != NULL;
+			if (lease != NULL)
+			{
+				fs_lease_info(lease, &infos[i]);
+				lease->wal = (lease->wal | FS_LEASE_WAL_LOGGED) & ~FS_LEASE_WAL_DIRTY;
+			}
+			i++;
+			held++;
+		}
+		LWLockRelease(lock);
 	}
-	LWLockRelease(lock);
-	return lease != NULL;
 }
 
 /* fs_scan_table() visitor of fs_lease_foreach_for_wal(): copy and mark logged. */

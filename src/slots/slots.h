@@ -108,7 +108,7 @@ extern long fs_lease_count(void);
 /* leases.c: replication through WAL */
 extern Size fs_lease_wal_room(void);
 extern int	fs_lease_wal_drain(int64 *ids, bool *overflow);
-extern bool fs_lease_wal_copy(int64 lease_id, FsLeaseInfo *info);
+extern void fs_lease_wal_copy_many(const int64 *ids, int n, FsLeaseInfo *infos, bool *found);
 extern void fs_lease_foreach_for_wal(fs_lease_visitor visitor, fs_scan_pause pause, void *arg);
 extern bool fs_lease_replay(const FsLeaseReplay *rec);
 extern void fs_lease_replay_remove(int64 lease_id);

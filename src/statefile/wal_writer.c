@@ -56,10 +56,15 @@ typedef struct FsWalBuild
 	uint64		bytes;
 } FsWalBuild;
 
-/* The writer's memory: the build, the lease ids, the fair queues' versions. */
+/* The writer's memory: the build, the lease ids and copies, the fair queues' versions. */
 static FsWalBuild build;
 static int64 *lease_ids = NULL;
 static uint64 *fairq_seen = NULL;
+
+/* Leases copied a chunk at a time (fs_lease_wal_copy_many()). */
+#define FS_WAL_LEASE_CHUNK		4096
+static FsLeaseInfo *lease_infos = NULL;
+static bool *lease_found = NULL;
 
 /* The room a batch of the tables' scans may need (FS_SCAN_BATCH items). */
 #define FS_WAL_TENANT_ROOM		(FS_SCAN_BATCH * (FS_TENANT_ITEM_MAX + 8))
@@ -263,18 +268,22 @@ fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
 		fs_tenant_foreach_for_wal(fs_wal_add_tenant, fs_wal_build_pause, b, false);
 
 	n = fs_lease_wal_drain(lease_ids, &overflow);
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i += FS_WAL_LEASE_CHUNK)
 	{
-		int64		id = lease_ids[i];
-		FsLeaseInfo info;
+		int			count = Min(FS_WAL_LEASE_CHUNK, n - i);
+		int			k;
 
-		if (fs_wal_build_size(b) >= FS_WAL_RECORD_MAX)
-			fs_wal_emit(b);
-		enlargeStringInfo(&b->leases, FS_LEASE_ITEM_MAX + 8);
-		if (fs_lease_wal_copy(id < 0 ? -id : id, &info))
-			fs_wal_add_lease(&info, b);
-		else if (id > 0)
-			fs_wal_add_gone(b, id);	/* a standby has it: remove it there */
+		fs_lease_wal_copy_many(lease_ids + i, count, lease_infos, lease_found);
+		for (k = 0; k < count; k++)
+		{
+			if (fs_wal_build_size(b) >= FS_WAL_RECORD_MAX)
+				fs_wal_emit(b);
+			enlargeStringInfo(&b->leases, FS_LEASE_ITEM_MAX + 8);
+			if (lease_found[k])
+				fs_wal_add_lease(&lease_infos[k], b);
+			else if (lease_ids[i + k] > 0)
+				fs_wal_add_gone(b, lease_ids[i + k]);	/* a standby has it */
+		}
 	}
 	fs_wal_add_fair_queues(b, false);
 	fs_wal_emit(b);
@@ -355,6 +364,8 @@ fs_wal_writer_setup(void)
 	build.queue_named = palloc0(sizeof(bool) * Max(fs_max_queues, 1));
 	lease_ids = palloc_extended(sizeof(int64) * Max(fs_lease_wal_room(), 1), MCXT_ALLOC_HUGE);
 	fairq_seen = palloc0(sizeof(uint64) * Max(fs_max_queues, 1));
+	lease_infos = palloc(sizeof(FsLeaseInfo) * FS_WAL_LEASE_CHUNK);
+	lease_found = palloc(sizeof(bool) * FS_WAL_LEASE_CHUNK);
 	MemoryContextSwitchTo(old);
 }
 
@@ -369,6 +380,7 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 {
 	XLogRecPtr	snapshot_redo = InvalidXLogRecPtr;
 	bool		need_snapshot = true;
+	TimestampTz cycle_start = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -385,13 +397,22 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 
 	for (;;)
 	{
-		long		timeout = fs_wal_interval_ms > 0 ? fs_wal_interval_ms : 1000;
+		long		interval = fs_wal_interval_ms > 0 ? fs_wal_interval_ms : 1000;
+		long		timeout;
 		XLogRecPtr	redo;
 		bool		snapshot = false;
 
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout,
-						 PG_WAIT_EXTENSION);
+		/*
+		 * A cycle every interval from the start of the last one, so that a
+		 * change waits at most one interval to be copied whatever a cycle
+		 * takes (its flush).
+		 */
+		timeout = interval - (long) ((GetCurrentTimestamp() - cycle_start) / 1000);
+		if (timeout > 0)
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(timeout, interval), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+		cycle_start = GetCurrentTimestamp();
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{

@@ -177,4 +177,15 @@ cmp_ok($granted, '<=', $accrued,
 
 $_->kill_kill for @services;
 system("$pgctl -D $base/$_ -m immediate stop >/dev/null 2>&1") for qw(node2 monitor);
+# pg_autoctl's own children outlive a killed supervisor: every process of
+# this test (they have its XDG_CONFIG_HOME) goes.
+for my $environ (glob('/proc/[0-9]*/environ'))
+{
+	open(my $fh, '<', $environ) or next;
+	my $env = do { local $/; <$fh> };
+	close $fh;
+	next unless defined $env && index($env, "XDG_CONFIG_HOME=$base/config\0") >= 0;
+	my ($pid) = $environ =~ m{/proc/(\d+)/};
+	kill 'KILL', $pid unless $pid == $$;
+}
 done_testing();
