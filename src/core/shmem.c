@@ -805,7 +805,10 @@ fs_tenant_foreach_for_wal(fs_tenant_visitor visitor, fs_scan_pause pause, void *
  * last limits (kept until its own load after a promotion: the entry's
  * limits_generation stays stale).  Slots come with leases; `saved` comes
  * from a record that was checked field by field, and is kept in range as
- * a restored entry is.
+ * a restored entry is.  The one write of virtual_finish outside its queue's
+ * fair-order lock (rule 8): nothing claims during recovery, and the
+ * caller puts the entry in its place in the fair order right after
+ * (fs_fair_replay_tenant()).
  */
 void
 fs_tenant_replay(FsTenant *entry, const FsTenant *saved)

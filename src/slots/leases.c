@@ -834,25 +834,31 @@ fs_lease_replay_update(FsLease *lease, uint32 hashvalue, const FsLeaseReplay *re
 {
 	bool		counted = fs_lease_state_counts((FsLeaseState) lease->state);
 	bool		counts = fs_lease_state_counts(rec->state);
+	FsLeaseState state = rec->state;
 
 	if (counted != counts && fs_lease_tenant_ok(lease))
 	{
 		FsTenant   *tenant = lease->tenant;
+		bool		moved = true;
 
 		fs_tenant_lock(tenant);
 		if (counts)
 			(void) fs_tenant_orphan_adopt(tenant, rec->expires_at);
 		else if (fs_tenant_orphan_add(tenant))
 			(void) fs_tenant_slot_give_back(tenant, false);
+		else
+			moved = false;		/* no room for one more orphan: it stays live */
 		fs_tenant_unlock(tenant);
 		if (counts)
 			pg_atomic_fetch_add_u32(&fs_queue_of(tenant)->slots_in_use, 1);
-		else
+		else if (moved)
 			fs_queue_slots_sub(fs_queue_of(tenant), 1);
+		else
+			state = (FsLeaseState) lease->state;
 	}
-	if (lease->state != rec->state)
-		fs_lease_set_state(lease, hashvalue, rec->state);
-	if (lease->expires_at != rec->expires_at && fs_lease_state_expires(rec->state))
+	if (lease->state != state)
+		fs_lease_set_state(lease, hashvalue, state);
+	if (lease->expires_at != rec->expires_at && fs_lease_state_expires(state))
 		fs_lease_extend(lease, hashvalue, rec->expires_at, rec->owner);
 	else
 		lease->expires_at = rec->expires_at;
@@ -968,6 +974,20 @@ fs_lease_replay_remove(int64 lease_id)
 	LWLockRelease(lock);
 	ok = fs_lease_pin_release(tenant, generation, orphan, false);
 	fs_lease_count_was_wrong(!ok, false);
+}
+
+/* fs_scan_table() visitor of fs_lease_replay_unmark_all(). */
+static void
+fs_lease_unmark(void *hash_entry, void *arg pg_attribute_unused())
+{
+	((FsLease *) hash_entry)->wal &= ~FS_LEASE_WAL_MARK;
+}
+
+/* A complete snapshot in WAL begins: no lease is named by it yet. */
+void
+fs_lease_replay_unmark_all(void)
+{
+	fs_scan_table(&fs_lease_scan, fs_lease_unmark, NULL);
 }
 
 /* fs_lease_replay_sweep()'s state: the leases to remove, in room made before. */

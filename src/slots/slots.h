@@ -113,5 +113,6 @@ extern void fs_lease_foreach_for_wal(fs_lease_visitor visitor, fs_scan_pause pau
 extern bool fs_lease_replay(const FsLeaseReplay *rec);
 extern void fs_lease_replay_remove(int64 lease_id);
 extern int	fs_lease_replay_sweep(bool mark);
+extern void fs_lease_replay_unmark_all(void);
 
 #endif							/* FAIRSHARE_SLOTS_H */

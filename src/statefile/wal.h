@@ -74,7 +74,6 @@ typedef struct FsWalShared
 	uint64		replayed_records;
 	uint64		replay_dropped; /* items that did not fit */
 	bool		replay_snapshot_seen;	/* a complete snapshot was replayed */
-	bool		replay_mark;	/* the current snapshot's lease mark */
 	bool		replay_in_snapshot; /* between FULL_BEGIN and FULL_END */
 	int64		replayed_next_lease_id;
 	ConditionVariable cycle_done;	/* broadcast after each writer cycle */

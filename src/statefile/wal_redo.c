@@ -17,8 +17,8 @@
  * fs_replication.replay_dropped.  Only a record that is not fairshare's, or
  * of a newer format than this library reads, is refused, with what to do.
  *
- * A complete snapshot flips the lease mark at FULL_BEGIN, marks every lease
- * it names, and at FULL_END removes the leases it did not name (the state
+ * A complete snapshot clears every lease's mark at FULL_BEGIN, marks every
+ * lease it names, and at FULL_END removes the leases it did not name (the state
  * file's orphans after a crash, leases whose removal fell in a lost
  * interval).  At the end of recovery (rm_cleanup: crash recovery done, or a
  * promotion) the server goes on from the replayed state.
@@ -267,14 +267,19 @@ fs_wal_redo(XLogReaderState *record)
 
 	fs_redo_header(record, &header);
 	memset(&r, 0, sizeof(r));
-	SpinLockAcquire(&fs_wal->mutex);
+	/*
+	 * A snapshot begins: no lease is named by it yet (whatever an earlier
+	 * snapshot, perhaps cut short by a crash, marked).  Every lease a record
+	 * enters or updates from now on is marked.
+	 */
 	if (info == XLOG_FS_FULL_BEGIN)
 	{
-		fs_wal->replay_mark = !fs_wal->replay_mark;
+		fs_lease_replay_unmark_all();
+		SpinLockAcquire(&fs_wal->mutex);
 		fs_wal->replay_in_snapshot = true;
+		SpinLockRelease(&fs_wal->mutex);
 	}
-	r.mark = fs_wal->replay_mark;
-	SpinLockRelease(&fs_wal->mutex);
+	r.mark = true;
 
 	old = MemoryContextSwitchTo(redo_cxt != NULL ? redo_cxt : CurrentMemoryContext);
 	switch (info)
@@ -356,7 +361,6 @@ fs_wal_redo_startup(void)
 {
 	redo_cxt = AllocSetContextCreate(TopMemoryContext, "fairshare redo", ALLOCSET_DEFAULT_SIZES);
 	SpinLockAcquire(&fs_wal->mutex);
-	fs_wal->replay_mark = false;
 	fs_wal->replay_in_snapshot = false;
 	fs_wal->replay_snapshot_seen = false;
 	SpinLockRelease(&fs_wal->mutex);

@@ -445,7 +445,9 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 			if (fs_wal_interval_ms > 0)
 			{
 				fs_wal_write_batch(&build, &need_snapshot);
-				fs_wal_cycle_done(&build, false);
+				if (need_snapshot)
+					fs_wal_write_snapshot(&build);	/* some changes went unlisted */
+				fs_wal_cycle_done(&build, need_snapshot);
 			}
 			proc_exit(0);
 		}
