@@ -863,7 +863,7 @@ fs_lease_replay_update(FsLease *lease, uint32 hashvalue, const FsLeaseReplay *re
 	else
 		lease->expires_at = rec->expires_at;
 	lease->owner = rec->owner;
-	lease->wal = (lease->wal & ~FS_LEASE_WAL_MARK) | (rec->mark ? FS_LEASE_WAL_MARK : 0);
+	lease->wal |= FS_LEASE_WAL_MARK;
 }
 
 /*
@@ -932,8 +932,7 @@ fs_lease_replay(const FsLeaseReplay *logged)
 	{
 		fs_lease_fill(lease, hashvalue, tenant, generation, rec->state, rec->owner, 0,
 					  rec->acquired_at, rec->expires_at);
-		if (rec->mark)
-			lease->wal |= FS_LEASE_WAL_MARK;
+		lease->wal |= FS_LEASE_WAL_MARK;
 	}
 	else if (lease != NULL)
 		fs_lease_replay_update(lease, hashvalue, rec);
@@ -996,7 +995,6 @@ typedef struct FsLeaseUnmarked
 	int64	   *ids;
 	int			count;
 	int			capacity;
-	bool		mark;
 } FsLeaseUnmarked;
 
 /* fs_scan_table() visitor of fs_lease_replay_sweep(): note a lease not seen. */
@@ -1005,18 +1003,16 @@ fs_lease_collect_unmarked(void *hash_entry, void *arg)
 {
 	FsLease    *lease = (FsLease *) hash_entry;
 	FsLeaseUnmarked *u = (FsLeaseUnmarked *) arg;
-	bool		marked = (lease->wal & FS_LEASE_WAL_MARK) != 0;
-
-	if (marked != u->mark && u->count < u->capacity)
+	if (!(lease->wal & FS_LEASE_WAL_MARK) && u->count < u->capacity)
 		u->ids[u->count++] = lease->lease_id;
 }
 
 /*
  * The end of a complete snapshot in WAL: remove every lease it did not
- * name (its mark is not `mark`).  Returns how many were removed.
+ * name (those without a mark).  Returns how many were removed.
  */
 int
-fs_lease_replay_sweep(bool mark)
+fs_lease_replay_sweep(void)
 {
 	FsLeaseUnmarked u;
 	int			i;
@@ -1026,7 +1022,6 @@ fs_lease_replay_sweep(bool mark)
 	if (u.ids == NULL)
 		return 0;
 	u.count = 0;
-	u.mark = mark;
 	fs_scan_table(&fs_lease_scan, fs_lease_collect_unmarked, &u);
 	for (i = 0; i < u.count; i++)
 		fs_lease_replay_remove(u.ids[i]);

@@ -78,7 +78,6 @@ typedef struct FsLeaseReplay
 	TimestampTz expires_at;
 	Oid			owner;
 	FsLeaseState state;
-	bool		mark;			/* the current snapshot's mark */
 } FsLeaseReplay;
 
 /* Outcome of fs_slot_acquire(). */
@@ -112,7 +111,7 @@ extern void fs_lease_wal_copy_many(const int64 *ids, int n, FsLeaseInfo *infos, 
 extern void fs_lease_foreach_for_wal(fs_lease_visitor visitor, fs_scan_pause pause, void *arg);
 extern bool fs_lease_replay(const FsLeaseReplay *rec);
 extern void fs_lease_replay_remove(int64 lease_id);
-extern int	fs_lease_replay_sweep(bool mark);
+extern int	fs_lease_replay_sweep(void);
 extern void fs_lease_replay_unmark_all(void);
 
 #endif							/* FAIRSHARE_SLOTS_H */

@@ -55,7 +55,6 @@ typedef struct FsRedo
 	FsRedoQueue *queues;
 	int			nqueues;
 	int			capacity;
-	bool		mark;			/* the current snapshot's lease mark */
 	uint64		dropped;
 } FsRedo;
 
@@ -147,7 +146,6 @@ fs_redo_lease(FsRedo *r, FsStateItem *item)
 	lease.owner = record.owner;
 	lease.state = (record.state == FS_LEASE_ORPHAN || record.state == FS_LEASE_RELEASING) ?
 		(FsLeaseState) record.state : FS_LEASE_LIVE;
-	lease.mark = r->mark;
 	if (!fs_lease_replay(&lease))
 		r->dropped++;
 }
@@ -279,7 +277,6 @@ fs_wal_redo(XLogReaderState *record)
 		fs_wal->replay_in_snapshot = true;
 		SpinLockRelease(&fs_wal->mutex);
 	}
-	r.mark = true;
 
 	old = MemoryContextSwitchTo(redo_cxt != NULL ? redo_cxt : CurrentMemoryContext);
 	switch (info)
@@ -295,7 +292,7 @@ fs_wal_redo(XLogReaderState *record)
 			/* Only a snapshot seen from its beginning says what is gone. */
 			if (fs_wal->replay_in_snapshot)
 			{
-				(void) fs_lease_replay_sweep(r.mark);
+				(void) fs_lease_replay_sweep();
 				snapshot_end = true;
 			}
 			break;
