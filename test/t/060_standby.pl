@@ -41,6 +41,7 @@ my @refused = (
 	["SELECT fs_register_queue('q2', 'jobs', tenant => 'tenant', order_by => 'id')",
 		'register a fair-dequeue queue'],
 	["SELECT fs_unregister_queue('q')", 'unregister a fair-dequeue queue'],
+	["SELECT fs_wal_sync()", 'wait for the fairshare WAL writer'],
 );
 for my $case (@refused)
 {

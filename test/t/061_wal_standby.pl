@@ -83,6 +83,12 @@ cmp_ok($after - $before, '<', 2000,
 $primary->wait_for_catchup($standby, 'replay', $lsn);
 is($s->("SELECT count(*) FROM fs_leases WHERE tenant = 'c'"), '0', 'and the standby has none of them');
 is($s->("SELECT granted FROM fs_tenants WHERE tenant = 'c'"), '1001', 'but counts their decisions');
+# With the writer off, fs_wal_sync() says so instead of waiting.
+$p->("ALTER SYSTEM SET fairshare.wal_interval = 0; SELECT pg_reload_conf()");
+my ($ret, $out, $err) = $primary->psql('postgres', "\\set VERBOSITY verbose\nSELECT fs_wal_sync()");
+like($err, qr/ERROR:  55000: fairshare writes no WAL: fairshare.wal_interval is 0/,
+	'fs_wal_sync() refuses when the WAL writer is off');
+like($err, qr/HINT:  Set fairshare.wal_interval/, 'and says what to set');
 $p->("ALTER SYSTEM RESET fairshare.wal_interval; SELECT pg_reload_conf()");
 
 # A standby restarted replays again from its restartpoint, over the state

@@ -105,10 +105,10 @@ sub fail_over
 	my $granted = $new->safe_psql('postgres', 'SELECT count(*) FROM granted');
 	cmp_ok($renewed, '>', 0, "$how: leases granted before the failover renew ($renewed of $granted recorded)");
 	# 60 ms a minute accrue 1 ms a second: no more than accrued since the drain.
-	my $granted = $new->safe_psql('postgres', "SELECT fs_spend_tokens('budget', 1000, 10, 'q')");
+	my $runs = $new->safe_psql('postgres', "SELECT fs_spend_tokens('budget', 1000, 10, 'q')");
 	my $accrued = int((time - $drained_at) / 10) + 1;
-	cmp_ok($granted, '<=', $accrued,
-		"$how: the drained budget stays drained ($granted runs granted, accrued since: $accrued)");
+	cmp_ok($runs, '<=', $accrued,
+		"$how: the drained budget stays drained ($runs runs granted, accrued since: $accrued)");
 	my $ids = $new->safe_psql('postgres', "SELECT fs_acquire_slot('ids', 'q') > max(lease_id) FROM granted");
 	is($ids, 't', "$how: new lease ids are above every id granted before");
 }
