@@ -24,6 +24,116 @@
 #define FS_EVICT_BACKOFF_USECS	(USECS_PER_SEC)
 
 /*
+ * The tenants evicted since the WAL writer last looked, for a standby to
+ * forget them too (statefile/wal_writer.c): their keys, in the order of
+ * eviction, under `mutex`.  A pass that finds the list full sets `overflow`
+ * instead, and the writer then logs a complete snapshot, whose end removes
+ * on a standby every entry it did not name.
+ */
+typedef struct FsTenantsGone
+{
+	slock_t		mutex;
+	int32		count;
+	bool		overflow;
+	FsTenantKey keys[FLEXIBLE_ARRAY_MEMBER];
+} FsTenantsGone;
+
+static FsTenantsGone *fs_tenants_gone = NULL;
+
+/* Keys the list holds: two eviction passes' worth, at least 1,024. */
+int
+fs_tenants_gone_room(void)
+{
+	return Max(1024, fs_max_tenants / 10);
+}
+
+/* Shared memory of the list of evicted tenants. */
+Size
+fs_evict_shmem_size(void)
+{
+	return add_size(offsetof(FsTenantsGone, keys),
+					mul_size(sizeof(FsTenantKey), fs_tenants_gone_room()));
+}
+
+/* Create (or attach to) the list.  Caller holds AddinShmemInitLock. */
+void
+fs_evict_shmem_init(void)
+{
+	bool		found;
+
+	fs_tenants_gone = ShmemInitStruct("fairshare evicted tenants", fs_evict_shmem_size(), &found);
+	if (!found)
+	{
+		SpinLockInit(&fs_tenants_gone->mutex);
+		fs_tenants_gone->count = 0;
+		fs_tenants_gone->overflow = false;
+	}
+}
+
+/* List an evicted tenant's key for the WAL writer (a copy under the spinlock). */
+static void
+fs_tenants_gone_note(const FsTenantKey *key)
+{
+	SpinLockAcquire(&fs_tenants_gone->mutex);
+	if (fs_tenants_gone->count < fs_tenants_gone_room())
+		fs_tenants_gone->keys[fs_tenants_gone->count++] = *key;
+	else
+		fs_tenants_gone->overflow = true;
+	SpinLockRelease(&fs_tenants_gone->mutex);
+}
+
+/*
+ * Take the keys of the tenants evicted since the last call, into `keys`
+ * (room for fs_tenants_gone_room()).  Returns how many; *overflow says that
+ * some evictions were not listed.  The list is copied a part at a time
+ * from its end, each part under the spinlock, so that no spinlock is held
+ * for a long copy (the order of removals does not matter).
+ */
+int
+fs_tenants_gone_drain(FsTenantKey *keys, bool *overflow)
+{
+	int			n = 0;
+
+	*overflow = false;
+	for (;;)
+	{
+		int			take;
+
+		SpinLockAcquire(&fs_tenants_gone->mutex);
+		take = Min(Min(fs_tenants_gone->count, 16), fs_tenants_gone_room() - n);
+		fs_tenants_gone->count -= take;
+		memcpy(keys + n, fs_tenants_gone->keys + fs_tenants_gone->count,
+			   sizeof(FsTenantKey) * take);
+		if (take == 0)
+		{
+			*overflow = fs_tenants_gone->overflow;
+			fs_tenants_gone->overflow = false;
+		}
+		SpinLockRelease(&fs_tenants_gone->mutex);
+		if (take == 0)
+			return n;
+		n += take;
+	}
+}
+
+/*
+ * Take an entry out of the table (its partition lock held EXCLUSIVE): off
+ * its partition's list, out of the hash table, one tenant less in its queue.
+ */
+void
+fs_tenant_remove_locked(FsTenant *entry, uint32 hashvalue)
+{
+	FsTenantKey key = entry->key;
+	FsQueue    *queue = fs_shared->queues[key.queue_id];
+
+	fs_scan_list_remove(&entry->scan_link);
+	hash_search_with_hash_value(fs_tenant_hash, &key, hashvalue, HASH_REMOVE, NULL);
+	SpinLockAcquire(&queue->mutex);
+	queue->tenants--;
+	SpinLockRelease(&queue->mutex);
+}
+
+/*
  * A tenant may have become idle (it let go of a slot): end any eviction
  * back-off, so that the next miss looks again.  Writes shared memory only
  * while a back-off is in force.
@@ -195,14 +305,9 @@ fs_tenant_evict(TimestampTz now)
 		}
 		if (idle)
 		{
-			FsQueue    *queue = fs_shared->queues[key->queue_id];
-
-			fs_scan_list_remove(&entry->scan_link);
-			hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_REMOVE, NULL);
+			fs_tenant_remove_locked(entry, hashvalue);
+			fs_tenants_gone_note(key);
 			evicted++;
-			SpinLockAcquire(&queue->mutex);
-			queue->tenants--;
-			SpinLockRelease(&queue->mutex);
 		}
 		LWLockRelease(lock);
 	}
@@ -220,4 +325,33 @@ fs_tenant_evict(TimestampTz now)
 	SpinLockRelease(&fs_shared->stats_mutex);
 
 	return evicted;
+}
+
+/*
+ * WAL replay: forget the entry of `key`, which the primary evicted (or a
+ * complete snapshot did not name), if nothing here holds it: no slot, no
+ * orphan lease, no place in a fair order (the caller takes it out of its
+ * fair order first).  Returns whether it was removed.
+ */
+bool
+fs_tenant_drop(const FsTenantKey *key)
+{
+	uint32		hashvalue = get_hash_value(fs_tenant_hash, key);
+	LWLock	   *lock = fs_tenant_partition_lock(hashvalue);
+	FsTenant   *entry;
+	bool		removable = false;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_FIND, NULL);
+	if (entry != NULL)
+	{
+		fs_tenant_lock(entry);
+		removable = entry->slots_in_use == 0 && entry->orphan_leases == 0 &&
+			!(entry->flags & FS_TENANT_QUEUED);
+		fs_tenant_unlock(entry);
+		if (removable)
+			fs_tenant_remove_locked(entry, hashvalue);
+	}
+	LWLockRelease(lock);
+	return removable;
 }

@@ -195,6 +195,7 @@ fs_core_shmem_size(void)
 	size = add_size(size, hash_estimate_size(fs_max_tenants, sizeof(FsTenant)));
 	size = add_size(size, fs_scan_lists_size(FS_TENANT_PARTITIONS));
 	size = add_size(size, fs_scan_cursors_size());
+	size = add_size(size, fs_evict_shmem_size());
 	return size;
 }
 
@@ -271,6 +272,7 @@ fs_core_shmem_init(void)
 	fs_tenant_scan.nparts = FS_TENANT_PARTITIONS;
 	fs_tenant_scan.link_offset = offsetof(FsTenant, scan_link);
 	fs_scan_cursors_init();
+	fs_evict_shmem_init();
 	return found;
 }
 
@@ -486,7 +488,10 @@ fs_tenant_init(FsTenant *entry, TimestampTz now)
 	memset((char *) entry + sizeof(FsTenantKey), 0,
 		   sizeof(FsTenant) - sizeof(FsTenantKey));
 	SpinLockInit(&entry->mutex);
-	entry->flags = FS_TENANT_NEW;
+	/* New: a standby learns of it at the WAL writer's next cycle. */
+	entry->flags = FS_TENANT_NEW | FS_TENANT_WAL_DIRTY;
+	if (pg_atomic_read_u32(&fs_shared->wal_tenants_dirty) == 0)
+		pg_atomic_write_u32(&fs_shared->wal_tenants_dirty, 1);
 	entry->generation = fs_tenant_next_generation();
 	entry->limits_generation = 0;	/* never current: limits load on first use */
 	entry->budget_ms_per_minute = -1;
@@ -808,7 +813,8 @@ fs_tenant_foreach_for_wal(fs_tenant_visitor visitor, fs_scan_pause pause, void *
  * a restored entry is.  The one write of virtual_finish outside its queue's
  * fair-order lock (rule 8): nothing claims during recovery, and the
  * caller puts the entry in its place in the fair order right after
- * (fs_fair_replay_tenant()).
+ * (fs_fair_replay_tenant()).  The entry is marked as named by the
+ * snapshot being replayed (fs_tenant_replay_unnamed()).
  */
 void
 fs_tenant_replay(FsTenant *entry, const FsTenant *saved)
@@ -822,6 +828,7 @@ fs_tenant_replay(FsTenant *entry, const FsTenant *saved)
 	entry->flags = (entry->flags & ~FS_TENANT_DRY) | (saved->flags & FS_TENANT_DRY);
 	if (!(saved->flags & FS_TENANT_NEW))
 		entry->flags &= ~FS_TENANT_NEW;
+	entry->flags |= FS_TENANT_REPLAY_MARK;
 	fs_tenant_changed(entry);
 	fs_tenant_unlock(entry);
 }
@@ -849,6 +856,73 @@ fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg)
 	FsTenantVisit visit = {NULL, mutator, arg, false, NULL};
 
 	fs_scan_table(&fs_tenant_scan, fs_tenant_visit_mutate, &visit);
+}
+
+/* fs_tenant_mutate_all() mutator: the entry is not named by a snapshot yet. */
+static void
+fs_tenant_unmark(FsTenant *entry, void *arg pg_attribute_unused())
+{
+	entry->flags &= ~FS_TENANT_REPLAY_MARK;
+}
+
+/*
+ * WAL replay: a complete snapshot begins, and no entry is named by it yet
+ * (whatever an earlier snapshot, perhaps cut short, marked).
+ */
+void
+fs_tenant_replay_unmark_all(void)
+{
+	fs_tenant_mutate_all(fs_tenant_unmark, NULL);
+}
+
+/* What fs_tenant_replay_unnamed() collects. */
+typedef struct FsUnnamed
+{
+	FsTenantKey *keys;
+	int			count;
+	int			capacity;
+} FsUnnamed;
+
+/* fs_tenant_foreach() visitor: note an entry that no record has named. */
+static void
+fs_tenant_collect_unnamed(const FsTenant *copy, void *arg)
+{
+	FsUnnamed  *unnamed = (FsUnnamed *) arg;
+
+	if (!(copy->flags & FS_TENANT_REPLAY_MARK) && unnamed->count < unnamed->capacity)
+		unnamed->keys[unnamed->count++] = copy->key;
+}
+
+/*
+ * WAL replay, at the end of a complete snapshot: the keys of the entries it
+ * did not name (the primary no longer has them), in a palloc'd array, and
+ * how many in *count.
+ */
+FsTenantKey *
+fs_tenant_replay_unnamed(int *count)
+{
+	FsUnnamed	unnamed;
+
+	unnamed.capacity = fs_max_tenants;
+	unnamed.count = 0;
+	unnamed.keys = palloc_extended(sizeof(FsTenantKey) * Max(fs_max_tenants, 1), MCXT_ALLOC_HUGE);
+	fs_tenant_foreach(fs_tenant_collect_unnamed, &unnamed);
+	*count = unnamed.count;
+	return unnamed.keys;
+}
+
+/* Is there an entry for `key` now?  (Its partition lock, shared, briefly.) */
+bool
+fs_tenant_exists(const FsTenantKey *key)
+{
+	uint32		hashvalue = get_hash_value(fs_tenant_hash, key);
+	LWLock	   *lock = fs_tenant_partition_lock(hashvalue);
+	bool		found;
+
+	LWLockAcquire(lock, LW_SHARED);
+	found = hash_search_with_hash_value(fs_tenant_hash, key, hashvalue, HASH_FIND, NULL) != NULL;
+	LWLockRelease(lock);
+	return found;
 }
 
 /*

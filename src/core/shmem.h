@@ -129,6 +129,8 @@ typedef struct FsTenant
 										 * counted: skipped for a while */
 #define FS_TENANT_WAL_DIRTY		0x08	/* changed since the WAL writer last
 										 * logged it (fs_tenant_changed()) */
+#define FS_TENANT_REPLAY_MARK	0x10	/* on a standby: named by the complete
+										 * snapshot being replayed */
 
 /* Counters kept for the whole server, under FsShared->stats_mutex. */
 typedef struct FsGlobalStats
@@ -194,6 +196,8 @@ typedef struct FsTenantRef
 } FsTenantRef;
 
 typedef void (*fs_tenant_visitor) (const FsTenant *copy, void *arg);
+/* WAL replay: this server's queue for a record's queue index (or NULL). */
+typedef FsQueue *(*fs_queue_of_index) (uint32 index, void *arg);
 typedef void (*fs_tenant_mutator) (FsTenant *entry, void *arg);
 
 /*
@@ -256,6 +260,13 @@ extern void fs_tenant_foreach(fs_tenant_visitor visitor, void *arg);
 extern void fs_tenant_foreach_for_wal(fs_tenant_visitor visitor, fs_scan_pause pause,
 									  void *arg, bool all);
 extern void fs_tenant_replay(FsTenant *entry, const FsTenant *saved);
+extern void fs_tenant_replay_unmark_all(void);
+extern FsTenantKey *fs_tenant_replay_unnamed(int *count);
+extern bool fs_tenant_exists(const FsTenantKey *key);
+/* evict.c */
+extern bool fs_tenant_drop(const FsTenantKey *key);
+extern int	fs_tenants_gone_room(void);
+extern int	fs_tenants_gone_drain(FsTenantKey *keys, bool *overflow);
 extern void fs_tenant_mutate_all(fs_tenant_mutator mutator, void *arg);
 extern long fs_tenant_count(void);
 extern void fs_count_global(size_t offset);

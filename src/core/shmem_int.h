@@ -32,5 +32,8 @@ fs_tenant_partition_lock(uint32 hashvalue)
 
 /* evict.c */
 extern int	fs_tenant_evict(TimestampTz now);
+extern void fs_tenant_remove_locked(FsTenant *entry, uint32 hashvalue);
+extern Size fs_evict_shmem_size(void);
+extern void fs_evict_shmem_init(void);
 
 #endif							/* FAIRSHARE_SHMEM_INT_H */

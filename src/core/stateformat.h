@@ -36,6 +36,8 @@ typedef enum FsSectionTag
 	FS_SECTION_FAIRQ_QUEUES = 5,	/* each queue's fair-order state (fairq) */
 	FS_SECTION_FAIRQ_CLAIMS = 6,	/* the claim map (fairq) */
 	FS_SECTION_LEASES_GONE = 7,	/* WAL only: ids of leases removed */
+	FS_SECTION_TENANTS_GONE = 8,	/* WAL only: tenants evicted */
+	FS_SECTION_HEARTBEATS = 9,	/* WAL only: the whole heartbeat table (gate) */
 	FS_SECTION_END = 0xFFFF
 } FsSectionTag;
 

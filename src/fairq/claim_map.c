@@ -38,12 +38,52 @@
 static HTAB *fs_claim_hash = NULL;
 static FsScanTable fs_claim_scan;	/* its partition lists (scanlist.h) */
 
-/* Shared memory of the claim map: the table and its lists. */
+/*
+ * The entries each partition set since the WAL writer last looked, for a
+ * standby to have them too: their keys, each partition's under its lock,
+ * fs_claim_wal_capacity of them per partition (more: `overflow`, and the
+ * writer logs a complete snapshot).  Removals are not listed: an entry goes
+ * with its lease, and a standby forgets the entries whose leases are gone
+ * (fs_claim_map_sweep(true)).
+ */
+typedef struct FsClaimWalList
+{
+	int32		count;
+	bool		overflow;
+} FsClaimWalList;
+
+typedef struct FsClaimWal
+{
+	pg_atomic_uint32 dirty;		/* some list grew since the last drain */
+	FsClaimWalList lists[FS_CLAIM_PARTITIONS];
+	FsClaimKey	keys[FLEXIBLE_ARRAY_MEMBER];	/* FS_CLAIM_PARTITIONS lists */
+} FsClaimWal;
+
+static FsClaimWal *fs_claim_wal = NULL;
+
+/* Keys listed per partition: its share of the map, and a margin. */
+static int32
+fs_claim_wal_capacity(void)
+{
+	return fs_max_leases / FS_CLAIM_PARTITIONS + 64;
+}
+
+/* Shared memory of the lists of changed entries. */
+static Size
+fs_claim_wal_size(void)
+{
+	return add_size(offsetof(FsClaimWal, keys),
+					mul_size(mul_size(FS_CLAIM_PARTITIONS, fs_claim_wal_capacity()),
+							 sizeof(FsClaimKey)));
+}
+
+/* Shared memory of the claim map: the table, its lists, its changes. */
 Size
 fs_claim_map_shmem_size(void)
 {
-	return add_size(hash_estimate_size(fs_max_leases, sizeof(FsClaimEntry)),
-					fs_scan_lists_size(FS_CLAIM_PARTITIONS));
+	return add_size(add_size(hash_estimate_size(fs_max_leases, sizeof(FsClaimEntry)),
+							 fs_scan_lists_size(FS_CLAIM_PARTITIONS)),
+					fs_claim_wal_size());
 }
 
 /*
@@ -54,6 +94,7 @@ void
 fs_claim_map_shmem_init(void)
 {
 	HASHCTL		info;
+	bool		found;
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(FsClaimKey);
@@ -65,6 +106,12 @@ fs_claim_map_shmem_init(void)
 	fs_claim_scan.locks = fs_fair->claim_locks;
 	fs_claim_scan.nparts = FS_CLAIM_PARTITIONS;
 	fs_claim_scan.link_offset = offsetof(FsClaimEntry, scan_link);
+	fs_claim_wal = ShmemInitStruct("fairshare claim changes", fs_claim_wal_size(), &found);
+	if (!found)
+	{
+		pg_atomic_init_u32(&fs_claim_wal->dirty, 0);
+		memset(fs_claim_wal->lists, 0, sizeof(fs_claim_wal->lists));
+	}
 }
 
 /* The lock of the claim-map partition of `hashvalue`. */
@@ -82,12 +129,27 @@ fs_claim_lock(uint32 hashvalue)
  * change of the map.
  */
 
-/* The end of every change of the claim map.  The debug build checks it. */
+/*
+ * The end of every change of the claim map.  An entry set is listed for the
+ * WAL writer (not when restoring in the postmaster: the writer logs a
+ * complete snapshot when it starts).  The debug build checks the entry.
+ */
 static inline void
-fs_claim_map_changed(const FsClaimEntry *entry)
+fs_claim_map_changed(const FsClaimEntry *entry, uint32 hashvalue)
 {
-	(void) entry;
 	FS_INVARIANT(entry == NULL || entry->lease_id != 0);
+	if (entry != NULL && IsUnderPostmaster)
+	{
+		int			p = hashvalue % FS_CLAIM_PARTITIONS;
+		FsClaimWalList *list = &fs_claim_wal->lists[p];
+
+		if (list->count < fs_claim_wal_capacity())
+			fs_claim_wal->keys[(Size) p * fs_claim_wal_capacity() + list->count++] = entry->key;
+		else
+			list->overflow = true;
+		if (pg_atomic_read_u32(&fs_claim_wal->dirty) == 0)
+			pg_atomic_write_u32(&fs_claim_wal->dirty, 1);
+	}
 }
 
 /*
@@ -103,7 +165,7 @@ fs_claim_map_set(FsClaimEntry *entry, uint32 hashvalue, bool found, int64 lease_
 	entry->lease_id = lease_id;
 	entry->est_cost = est_cost;
 	strlcpy(entry->tenant, tenant, FS_NAME_BUFLEN);
-	fs_claim_map_changed(entry);
+	fs_claim_map_changed(entry, hashvalue);
 }
 
 /* Remove an entry from the claim map (and from its partition's list). */
@@ -114,7 +176,7 @@ fs_claim_map_delete(FsClaimEntry *entry)
 
 	fs_scan_list_remove(&entry->scan_link);
 	hash_search(fs_claim_hash, &key, HASH_REMOVE, NULL);
-	fs_claim_map_changed(NULL);
+	fs_claim_map_changed(NULL, 0);
 }
 
 /*
@@ -359,6 +421,7 @@ typedef struct FsClaimSweep
 	int64	   *suspects;		/* missing this time (room for max_leases) */
 	int			nsuspects;
 	int			removed;
+	bool		at_once;		/* in WAL replay: no claim is on its way */
 } FsClaimSweep;
 
 /* fs_claim_map_scan() visitor of a sweep. */
@@ -372,9 +435,10 @@ fs_claim_sweep_visit(void *hash_entry, void *arg)
 		bsearch(&entry->lease_id, sweep->live->ids, sweep->live->count, sizeof(int64),
 				fs_int64_cmp) != NULL)
 		return;
-	if (sweep_suspects != NULL &&
-		bsearch(&entry->lease_id, sweep_suspects, sweep_nsuspects, sizeof(int64),
-				fs_int64_cmp) != NULL)
+	if (sweep->at_once ||
+		(sweep_suspects != NULL &&
+		 bsearch(&entry->lease_id, sweep_suspects, sweep_nsuspects, sizeof(int64),
+				 fs_int64_cmp) != NULL))
 	{
 		fs_claim_map_delete(entry);
 		sweep->removed++;
@@ -386,10 +450,12 @@ fs_claim_sweep_visit(void *hash_entry, void *arg)
 /*
  * Forget claim-map entries whose leases are gone (released without the row
  * leaving the running table, or expired): missing from two listings in a
- * row (see sweep_suspects).  Returns how many.
+ * row (see sweep_suspects), or, `at_once`, from this listing (in WAL
+ * replay, where no claim runs: a standby's entries whose leases the
+ * primary removed).  Returns how many.
  */
 int
-fs_claim_map_sweep(void)
+fs_claim_map_sweep(bool at_once)
 {
 	FsLiveLeases live;
 	FsClaimSweep sweep;
@@ -413,7 +479,7 @@ fs_claim_map_sweep(void)
 	 * A claim may take its lease after the leases are listed and map it
 	 * before the map is locked: leases numbered from here on are kept.
 	 */
-	first_new = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
+	first_new = at_once ? PG_INT64_MAX : (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
 	live.ids = palloc_extended(sizeof(int64) * Max(live.capacity, 1), MCXT_ALLOC_HUGE);
 	fs_lease_foreach(fs_collect_live_lease, &live);
 	qsort(live.ids, live.count, sizeof(int64), fs_int64_cmp);
@@ -423,17 +489,42 @@ fs_claim_map_sweep(void)
 	sweep.suspects = suspects;
 	sweep.nsuspects = 0;
 	sweep.removed = 0;
+	sweep.at_once = at_once;
 	fs_claim_map_scan(fs_claim_sweep_visit, &sweep);
 	removed = sweep.removed;
 	nsuspects = sweep.nsuspects;
 	pfree(live.ids);
 
+	if (at_once)
+	{
+		pfree(suspects);
+		return removed;
+	}
 	qsort(suspects, nsuspects, sizeof(int64), fs_int64_cmp);
 	if (sweep_suspects != NULL)
 		pfree(sweep_suspects);
 	sweep_suspects = suspects;
 	sweep_nsuspects = nsuspects;
 	return removed;
+}
+
+/*
+ * A claim-map entry as an item of the state file or of a WAL record, field
+ * by field; its queue by its id (the queue's index in either).
+ */
+static void
+fs_claim_item_write(StringInfo buf, const FsClaimEntry *e)
+{
+	Size		at = fs_state_item_begin(buf);
+
+	fs_state_put_value(buf, FS_CLAIM_QUEUE, e->key.queue_id);
+	fs_state_put_value(buf, FS_CLAIM_KEY_LEN, e->key.len);
+	fs_state_put_value(buf, FS_CLAIM_KEY_HASHED, e->key.hashed);
+	fs_state_put(buf, FS_CLAIM_KEY_BYTES, e->key.bytes, sizeof(e->key.bytes));
+	fs_state_put_value(buf, FS_CLAIM_LEASE, e->lease_id);
+	fs_state_put_value(buf, FS_CLAIM_EST_COST, e->est_cost);
+	fs_state_put_name(buf, FS_CLAIM_TENANT, e->tenant);
+	fs_state_item_end(buf, at);
 }
 
 /*
@@ -455,19 +546,7 @@ fs_claim_map_save(StringInfo buf, uint32 nqueues)
 	if (nqueues > 0)
 		fs_claim_map_scan(fs_claim_copy_visit, &copies);
 	for (i = 0; i < copies.count; i++)
-	{
-		const FsClaimEntry *e = &copies.entries[i];
-		Size		at = fs_state_item_begin(buf);
-
-		fs_state_put_value(buf, FS_CLAIM_QUEUE, e->key.queue_id);
-		fs_state_put_value(buf, FS_CLAIM_KEY_LEN, e->key.len);
-		fs_state_put_value(buf, FS_CLAIM_KEY_HASHED, e->key.hashed);
-		fs_state_put(buf, FS_CLAIM_KEY_BYTES, e->key.bytes, sizeof(e->key.bytes));
-		fs_state_put_value(buf, FS_CLAIM_LEASE, e->lease_id);
-		fs_state_put_value(buf, FS_CLAIM_EST_COST, e->est_cost);
-		fs_state_put_name(buf, FS_CLAIM_TENANT, e->tenant);
-		fs_state_item_end(buf, at);
-	}
+		fs_claim_item_write(buf, &copies.entries[i]);
 	pfree(copies.entries);
 	return copies.count;
 }
@@ -516,7 +595,15 @@ fs_claim_map_read(FsStateItem *item, FsClaimEntry *rec)
 			seen |= 1 << field;
 	}
 	/* A claim needs every field: it names a row of a queue and its lease. */
-	return seen == ((1 << (FS_CLAIM_TENANT + 1)) - 2);
+	if (seen != ((1 << (FS_CLAIM_TENANT + 1)) - 2))
+		return false;
+	/* Values as fs_claim_key_make() and a claim make them, or nothing. */
+	if (rec->lease_id <= 0 || rec->key.hashed > 1 || rec->key.pad != 0 ||
+		(!rec->key.hashed && rec->key.len > FS_KEY_INLINE))
+		return false;
+	rec->est_cost = fs_fair_clamp_cost(rec->est_cost, false);
+	rec->tenant[FS_NAME_MAXLEN] = '\0';
+	return true;
 }
 
 /*
@@ -541,19 +628,192 @@ fs_claim_map_restore(const char *data, Size bytes, uint64 count, FsQueue **queue
 		if (!fs_state_item_next(data, bytes, &pos, &item))
 			break;
 		if (!fs_claim_map_read(&item, &rec) ||
-			rec.key.queue_id >= nqueues || queues[rec.key.queue_id] == NULL)
+			rec.key.queue_id >= nqueues || queues[rec.key.queue_id] == NULL ||
+			rec.lease_id >= next_lease_id)
 			continue;
-		/* Values as fs_claim_key_make() and a claim make them, or nothing. */
-		if (rec.lease_id <= 0 || rec.lease_id >= next_lease_id || rec.key.hashed > 1 ||
-			rec.key.pad != 0 || (!rec.key.hashed && rec.key.len > FS_KEY_INLINE))
-			continue;
-		rec.est_cost = fs_fair_clamp_cost(rec.est_cost, false);
 		rec.key.queue_id = queues[rec.key.queue_id]->queue_id;
-		rec.tenant[FS_NAME_MAXLEN] = '\0';
 		hashvalue = get_hash_value(fs_claim_hash, &rec.key);
 		entry = hash_search_with_hash_value(fs_claim_hash, &rec.key, hashvalue, HASH_ENTER_NULL,
 											&found);
 		if (entry != NULL && !found)
 			fs_claim_map_set(entry, hashvalue, false, rec.lease_id, rec.est_cost, rec.tenant);
 	}
+}
+
+/* ----------------------------------------------------------------
+ * Replication through WAL (statefile/wal_writer.c and wal_redo.c)
+ * ----------------------------------------------------------------
+ */
+
+/* The WAL writer's copy of the lists (its own memory, made at first use). */
+static FsClaimKey *wal_keys = NULL;
+static int	wal_nkeys = 0;
+static int	wal_next = 0;
+
+/*
+ * Take the keys every partition listed since the last call (each list
+ * copied and emptied under its lock), for fs_claim_wal_write_next().
+ * Returns how many; *overflow says that some were not listed (the writer
+ * then logs a complete snapshot).
+ */
+int
+fs_claim_wal_drain(bool *overflow)
+{
+	int			p;
+
+	*overflow = false;
+	if (wal_keys == NULL)
+		wal_keys = MemoryContextAllocExtended(TopMemoryContext,
+											  sizeof(FsClaimKey) * FS_CLAIM_PARTITIONS *
+											  (Size) fs_claim_wal_capacity(),
+											  MCXT_ALLOC_HUGE);
+	wal_nkeys = wal_next = 0;
+	if (pg_atomic_read_u32(&fs_claim_wal->dirty) == 0)
+		return 0;
+	pg_atomic_write_u32(&fs_claim_wal->dirty, 0);
+	pg_memory_barrier();
+	for (p = 0; p < FS_CLAIM_PARTITIONS; p++)
+	{
+		FsClaimWalList *list = &fs_claim_wal->lists[p];
+		LWLock	   *lock = &fs_fair->claim_locks[p].lock;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		memcpy(wal_keys + wal_nkeys, fs_claim_wal->keys + (Size) p * fs_claim_wal_capacity(),
+			   sizeof(FsClaimKey) * list->count);
+		wal_nkeys += list->count;
+		*overflow |= list->overflow;
+		list->count = 0;
+		list->overflow = false;
+		LWLockRelease(lock);
+	}
+	return wal_nkeys;
+}
+
+/*
+ * Write items of the entries drained, as they are now (an entry removed
+ * since is skipped: its lease went too), until `buf` holds `limit` bytes or
+ * all are written (then true).  Each partition's lock is taken once for a
+ * batch of its keys, shared, and the batch is copied out before it is
+ * written.  `queue_named[queue_id]` is set for each item's queue.
+ */
+bool
+fs_claim_wal_write_next(StringInfo buf, Size limit, uint64 *count, bool *queue_named)
+{
+	FsClaimEntry copies[FS_SCAN_BATCH];
+
+	while (wal_next < wal_nkeys)
+	{
+		uint32		part;
+		LWLock	   *lock;
+		int			n = 0;
+		int			i;
+
+		if ((Size) buf->len >= limit)
+			return false;
+		part = get_hash_value(fs_claim_hash, &wal_keys[wal_next]) % FS_CLAIM_PARTITIONS;
+		lock = &fs_fair->claim_locks[part].lock;
+		LWLockAcquire(lock, LW_SHARED);
+		for (i = 0; i < FS_SCAN_BATCH && wal_next < wal_nkeys; i++)
+		{
+			uint32		hashvalue = get_hash_value(fs_claim_hash, &wal_keys[wal_next]);
+			FsClaimEntry *entry;
+
+			if (hashvalue % FS_CLAIM_PARTITIONS != part)
+				break;
+			entry = hash_search_with_hash_value(fs_claim_hash, &wal_keys[wal_next], hashvalue,
+												HASH_FIND, NULL);
+			if (entry != NULL)
+				copies[n++] = *entry;
+			wal_next++;
+		}
+		LWLockRelease(lock);
+		for (i = 0; i < n; i++)
+		{
+			fs_claim_item_write(buf, &copies[i]);
+			(*count)++;
+			if (copies[i].key.queue_id < (uint32) fs_max_queues)
+				queue_named[copies[i].key.queue_id] = true;
+		}
+	}
+	return true;
+}
+
+/* What a snapshot's scan of the claim map writes into. */
+typedef struct FsClaimWalScan
+{
+	StringInfo	buf;
+	uint64	   *count;
+	bool	   *queue_named;
+	bool	   *lost;
+	fs_scan_pause pause;
+	void	   *arg;
+} FsClaimWalScan;
+
+/*
+ * fs_scan_table() visitor of a snapshot (under the partition lock): the
+ * entry's item, in the room the caller's pause made before the batch.
+ */
+static void
+fs_claim_wal_visit(void *hash_entry, void *arg)
+{
+	FsClaimEntry *entry = (FsClaimEntry *) hash_entry;
+	FsClaimWalScan *scan = (FsClaimWalScan *) arg;
+
+	if (!fs_state_item_fits(scan->buf, FS_CLAIM_ITEM_MAX))
+	{
+		*scan->lost = true;
+		return;
+	}
+	fs_claim_item_write(scan->buf, entry);
+	(*scan->count)++;
+	if (entry->key.queue_id < (uint32) fs_max_queues)
+		scan->queue_named[entry->key.queue_id] = true;
+}
+
+/* Between two batches of a snapshot's scan: the caller's pause. */
+static void
+fs_claim_wal_pause(void *arg)
+{
+	FsClaimWalScan *scan = (FsClaimWalScan *) arg;
+
+	scan->pause(scan->arg);
+}
+
+/*
+ * A complete snapshot's part: every entry's item, a batch at a time, with
+ * `pause` called between batches with no lock held (it must leave room in
+ * `buf` for FS_SCAN_BATCH items of FS_CLAIM_ITEM_MAX bytes; an item that
+ * finds none sets *lost).
+ */
+void
+fs_claim_wal_write_all(StringInfo buf, uint64 *count, bool *queue_named, bool *lost,
+					   fs_scan_pause pause, void *arg)
+{
+	FsClaimWalScan scan = {buf, count, queue_named, lost, pause, arg};
+
+	fs_scan_table_paused(&fs_claim_scan, fs_claim_wal_visit, fs_claim_wal_pause, &scan);
+}
+
+/*
+ * Replay a claim-map item of a WAL record: the entry, for the queue that
+ * `queue_of` gives for the record's queue index.  False when it could not
+ * be kept (the map is full).
+ */
+bool
+fs_claim_wal_apply(FsStateItem *item, fs_queue_of_index queue_of, void *arg)
+{
+	FsClaimEntry rec;
+	FsQueue    *queue;
+
+	if (!fs_claim_map_read(item, &rec) || (queue = queue_of(rec.key.queue_id, arg)) == NULL)
+		return true;
+	rec.key.queue_id = queue->queue_id;
+	return fs_claim_map_insert(&rec.key, rec.lease_id, rec.est_cost, rec.tenant);
+}
+
+/* WAL replay: forget the entries whose leases are gone (no claim runs). */
+void
+fs_claim_wal_sweep(void)
+{
+	(void) fs_claim_map_sweep(true);
 }

@@ -85,4 +85,14 @@ extern void fs_fair_wal_apply(FsQueue *queue, const FsFairWalState *state);
 extern void fs_fair_replay_tenant(FsQueue *queue, FsTenant *entry);
 extern void fs_fair_unsync_all(void);
 
+/* The claim map's entries set since the WAL writer last looked, and a snapshot's. */
+#define FS_CLAIM_ITEM_MAX	(2 + 6 + 4 + 3 + (2 + 16) + 10 + 10 + (2 + FS_NAME_MAXLEN))
+
+extern int	fs_claim_wal_drain(bool *overflow);
+extern bool fs_claim_wal_write_next(StringInfo buf, Size limit, uint64 *count, bool *queue_named);
+extern void fs_claim_wal_write_all(StringInfo buf, uint64 *count, bool *queue_named, bool *lost,
+								   fs_scan_pause pause, void *arg);
+extern bool fs_claim_wal_apply(FsStateItem *item, fs_queue_of_index queue_of, void *arg);
+extern void fs_claim_wal_sweep(void);
+
 #endif							/* FAIRSHARE_FAIRQUEUE_H */

@@ -360,7 +360,7 @@ extern void fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value,
 							  Oid type, int16 typlen, bool typbyval);
 extern Size fs_claim_map_shmem_size(void);
 extern void fs_claim_map_shmem_init(void);
-extern int	fs_claim_map_sweep(void);
+extern int	fs_claim_map_sweep(bool at_once);
 /*
  * The fields of the state file's items of fair dequeue (core/stateformat.h;
  * ids are never reused).  Claim-map entries:

@@ -777,7 +777,7 @@ fs_fairqueue_resync_all(void)
 		return 0;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	(void) fs_claim_map_sweep();
+	(void) fs_claim_map_sweep(false);
 	queues = fs_fair_registered_queues();
 
 	foreach(lc, queues)

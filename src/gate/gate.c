@@ -31,7 +31,14 @@
  * heartbeat (heartbeat lock EXCLUSIVE); fs_gate_recount() drops stale ones
  * and sets the queue's live figures (under its spinlock);
  * fs_gate_set_latency() sets the queue's latency (reported with
- * fs_report_latency(), or sampled by a fair claim).
+ * fs_report_latency(), or sampled by a fair claim).  On a standby, the
+ * replay of the primary's heartbeat table (fs_gate_replay_*()) is the one
+ * writer.
+ *
+ * Replication through WAL: each change of the table bumps its version; the
+ * WAL writer logs the whole table when the version moved (at most once a
+ * second: a heartbeat counts for fairshare.worker_ttl, and a second late
+ * changes nothing), and a standby replaces its table with it.
  *
  *-------------------------------------------------------------------------
  */
@@ -41,11 +48,13 @@
 
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 
+#include "core/stateformat.h"
 #include "gate/gate.h"
 
 PG_FUNCTION_INFO_V1(fs_worker_heartbeat);
@@ -85,6 +94,8 @@ typedef struct FsHeartbeat
 /* The heartbeat table's lock (core/shmem.c, rule 5a). */
 static LWLock *fs_heartbeats_lock = NULL;
 static HTAB *fs_heartbeat_hash = NULL;
+/* Bumped by every change of the table (under its lock EXCLUSIVE). */
+static pg_atomic_uint64 *fs_heartbeats_version = NULL;
 
 /*
  * The global gate's settings: how long a heartbeat counts, the share of live
@@ -141,7 +152,8 @@ fs_gate_init(void)
 static Size
 fs_gate_shmem_size(void)
 {
-	return hash_estimate_size(fs_max_workers, sizeof(FsHeartbeat));
+	return add_size(hash_estimate_size(fs_max_workers, sizeof(FsHeartbeat)),
+					sizeof(pg_atomic_uint64));
 }
 
 /* Ask for this layer's shared memory and locks (shmem request hook, module.c). */
@@ -161,6 +173,7 @@ fs_gate_shmem_init(void)
 {
 	HASHCTL		info;
 	LWLockPadded *locks = GetNamedLWLockTranche("fairshare heartbeats");
+	bool		found;
 
 	fs_heartbeats_lock = &locks[0].lock;
 	fs_lockstats_name_locks("heartbeats", locks, 1);
@@ -170,6 +183,10 @@ fs_gate_shmem_init(void)
 	fs_heartbeat_hash = ShmemInitHash("fairshare workers",
 								   fs_max_workers, fs_max_workers,
 								   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	fs_heartbeats_version = ShmemInitStruct("fairshare heartbeat changes",
+											sizeof(pg_atomic_uint64), &found);
+	if (!found)
+		pg_atomic_init_u64(fs_heartbeats_version, 0);
 }
 
 /* Set up the gate's part of a new queue entry (queues_lock held). */
@@ -347,6 +364,160 @@ fs_gate_set_latency(FsQueue *queue, float8 latency_ms, TimestampTz now)
 }
 
 /* ----------------------------------------------------------------
+ * Replication through WAL (statefile/wal_writer.c and wal_redo.c)
+ * ----------------------------------------------------------------
+ */
+
+/* The fields of a heartbeat's item (core/stateformat.h; ids never reused). */
+enum
+{
+	FS_HEARTBEAT_QUEUE = 1,		/* uint32: the queue's index in the record */
+	FS_HEARTBEAT_WORKER = 2,	/* name */
+	FS_HEARTBEAT_THREADS = 3,	/* int32 */
+	FS_HEARTBEAT_AT = 4			/* TimestampTz: the last heartbeat */
+};
+
+/* The WAL writer's copy of the table (its own memory, made at first use). */
+static FsHeartbeat *wal_copies = NULL;
+
+/*
+ * If the heartbeat table changed since version *seen, write an item of each
+ * of its heartbeats to `buf` (the table is copied out under its lock,
+ * shared, then written), set *seen to the version written, and return
+ * true: the items are the whole table, which a standby takes in place of
+ * its own.  `queue_named[queue_id]` is set for each item's queue.
+ */
+bool
+fs_gate_wal_write(StringInfo buf, uint64 *seen, uint64 *count, bool *queue_named)
+{
+	HASH_SEQ_STATUS seq;
+	FsHeartbeat *worker;
+	uint64		version;
+	int			n = 0;
+	int			i;
+
+	if (pg_atomic_read_u64(fs_heartbeats_version) == *seen)
+		return false;
+	if (wal_copies == NULL)
+		wal_copies = MemoryContextAllocExtended(TopMemoryContext,
+												sizeof(FsHeartbeat) * Max(fs_max_workers, 1),
+												MCXT_ALLOC_HUGE);
+	LWLockAcquire(fs_heartbeats_lock, LW_SHARED);
+	version = pg_atomic_read_u64(fs_heartbeats_version);
+	hash_seq_init(&seq, fs_heartbeat_hash);
+	while ((worker = hash_seq_search(&seq)) != NULL)
+	{
+		if (n < fs_max_workers)
+			wal_copies[n++] = *worker;
+	}
+	LWLockRelease(fs_heartbeats_lock);
+	*seen = version;
+
+	for (i = 0; i < n; i++)
+	{
+		Size		at = fs_state_item_begin(buf);
+
+		fs_state_put_value(buf, FS_HEARTBEAT_QUEUE, wal_copies[i].key.queue_id);
+		fs_state_put_name(buf, FS_HEARTBEAT_WORKER, wal_copies[i].key.worker);
+		fs_state_put_value(buf, FS_HEARTBEAT_THREADS, wal_copies[i].threads);
+		fs_state_put_value(buf, FS_HEARTBEAT_AT, wal_copies[i].last_heartbeat);
+		fs_state_item_end(buf, at);
+		(*count)++;
+		if (wal_copies[i].key.queue_id < (uint32) fs_max_queues)
+			queue_named[wal_copies[i].key.queue_id] = true;
+	}
+	return true;
+}
+
+/* WAL replay: the primary's table follows; forget this one's. */
+void
+fs_gate_replay_clear(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsHeartbeat *worker;
+
+	LWLockAcquire(fs_heartbeats_lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, fs_heartbeat_hash);
+	while ((worker = hash_seq_search(&seq)) != NULL)
+		hash_search(fs_heartbeat_hash, &worker->key, HASH_REMOVE, NULL);
+	LWLockRelease(fs_heartbeats_lock);
+}
+
+/*
+ * WAL replay: one heartbeat of the primary's table, for the queue that
+ * `queue_of` gives.  False when it could not be kept (the table is full).
+ */
+bool
+fs_gate_replay_worker(FsStateItem *item, fs_queue_of_index queue_of, void *arg)
+{
+	FsHeartbeat rec;
+	FsHeartbeat *worker;
+	FsQueue    *queue;
+	uint8		field;
+	uint8		len;
+	const char *value;
+	int			seen = 0;
+
+	memset(&rec, 0, sizeof(rec));
+	while (fs_state_field_next(item, &field, &value, &len))
+	{
+		bool		ok = false;
+
+		switch (field)
+		{
+			case FS_HEARTBEAT_QUEUE:
+				ok = fs_state_field_value(value, len, rec.key.queue_id);
+				break;
+			case FS_HEARTBEAT_WORKER:
+				ok = fs_state_field_name(value, len, rec.key.worker, FS_NAME_BUFLEN);
+				break;
+			case FS_HEARTBEAT_THREADS:
+				ok = fs_state_field_value(value, len, rec.threads);
+				break;
+			case FS_HEARTBEAT_AT:
+				ok = fs_state_field_value(value, len, rec.last_heartbeat);
+				break;
+			default:
+				break;
+		}
+		if (ok)
+			seen |= 1 << field;
+	}
+	if (seen != ((1 << (FS_HEARTBEAT_AT + 1)) - 2) || rec.key.worker[0] == '\0' ||
+		rec.threads <= 0 || rec.threads > FS_MAX_WORKER_THREADS ||
+		(queue = queue_of(rec.key.queue_id, arg)) == NULL)
+		return true;
+	rec.key.queue_id = queue->queue_id;
+	LWLockAcquire(fs_heartbeats_lock, LW_EXCLUSIVE);
+	worker = hash_search(fs_heartbeat_hash, &rec.key, HASH_ENTER_NULL, NULL);
+	if (worker != NULL)
+	{
+		worker->threads = rec.threads;
+		worker->last_heartbeat = rec.last_heartbeat;
+	}
+	LWLockRelease(fs_heartbeats_lock);
+	return worker != NULL;
+}
+
+/* WAL replay: the table is the primary's; count each queue's live workers. */
+void
+fs_gate_replay_recount(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int			q;
+
+	LWLockAcquire(fs_heartbeats_lock, LW_SHARED);
+	for (q = 0; q < fs_max_queues; q++)
+	{
+		FsQueue    *queue = fs_queue_by_id((uint32) q);
+
+		if (queue != NULL)
+			fs_gate_recount(queue, now, false);
+	}
+	LWLockRelease(fs_heartbeats_lock);
+}
+
+/* ----------------------------------------------------------------
  * SQL functions
  * ----------------------------------------------------------------
  */
@@ -417,6 +588,7 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
 		}
 	}
 	fs_gate_recount(queue, now, true);
+	pg_atomic_fetch_add_u64(fs_heartbeats_version, 1);
 	LWLockRelease(fs_heartbeats_lock);
 
 	if (threads > 0 && worker == NULL)

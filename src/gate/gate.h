@@ -11,6 +11,8 @@
 #define FAIRSHARE_GATE_H
 
 #include "core/shmem.h"
+#include "core/stateformat.h"
+#include "lib/stringinfo.h"
 
 /* GUCs */
 extern int	fs_worker_ttl_s;
@@ -47,5 +49,11 @@ extern float8 fs_gate_dampener(TimestampTz now);
 extern FsBackpressure fs_gate_backpressure(FsQueue *queue, const FsGateCapacity *cap,
 										   TimestampTz now);
 extern void fs_gate_set_latency(FsQueue *queue, float8 latency_ms, TimestampTz now);
+
+/* Replication through WAL: the heartbeat table as logged, and its replay. */
+extern bool fs_gate_wal_write(StringInfo buf, uint64 *seen, uint64 *count, bool *queue_named);
+extern void fs_gate_replay_clear(void);
+extern bool fs_gate_replay_worker(FsStateItem *item, fs_queue_of_index queue_of, void *arg);
+extern void fs_gate_replay_recount(void);
 
 #endif							/* FAIRSHARE_GATE_H */

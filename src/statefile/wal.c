@@ -14,9 +14,17 @@
  * loses at most the last interval, and walsenders ship it at once.  An
  * acquire and a release within one interval write nothing.
  *
+ * What is logged: tenant entries (and the ones evicted), leases (and the
+ * ones removed), the claim map's entries (an entry goes with its lease),
+ * each fair queue's state, and the worker heartbeats (the whole table, at
+ * most once a second).
+ *
  * After each checkpoint the writer logs a complete snapshot (FULL_BEGIN,
  * FULL_CHUNKs, FULL_END): recovery starts at a checkpoint's redo, so the
  * snapshot after it, with the batches after that, is the whole state.  The
+ * writer notices a checkpoint at its next cycle: a crash between the end of
+ * a checkpoint and that snapshot finds no snapshot to replay, and recovery
+ * then falls back to the state file (with a warning; wal_redo.c).  The
  * records hold absolute values, never increments: a record replayed twice,
  * or after the state file was restored, changes nothing more.
  *
@@ -27,10 +35,8 @@
  * on from the replayed state: leases count and renew, drained budgets stay
  * drained, the fair order continues, lease ids move on past any the old
  * primary could have handed out, and each queue's backlog is recounted
- * from its table at its next use.  Not replicated: worker heartbeats (a
- * worker's next heartbeat restores the global gate), the decision log, the
- * tier counters, and the claim map (a claimed row's lease then ends when
- * it expires rather than when the row leaves the running table).
+ * from its table at its next use.  Not replicated: the decision log and
+ * the tier counters.
  *
  * The records name queues by database and name (a queue's id is per
  * server), and carry the state file's field-by-field items, so that a

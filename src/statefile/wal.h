@@ -38,8 +38,9 @@ extern int	fs_wal_rmgr_id;
 
 /*
  * Every record starts with this header, then (BATCH and FULL_CHUNK) the
- * state file's sections (core/stateformat.h): queues by index, tenants,
- * leases, ids of leases gone, fair queues, END.
+ * state file's sections (core/stateformat.h): queues by index, ids of
+ * leases gone, tenants, leases, claim-map entries, fair queues, the
+ * heartbeat table, tenants evicted (in a cycle's last record), END.
  */
 typedef struct FsWalHeader
 {
@@ -52,6 +53,13 @@ typedef struct FsWalHeader
 
 /* The field of an item of FS_SECTION_LEASES_GONE: the lease's id (int64). */
 #define FS_GONE_LEASE_ID		1
+
+/* The fields of an item of FS_SECTION_TENANTS_GONE: its queue's index, its name. */
+#define FS_GONE_TENANT_QUEUE	1	/* uint32 */
+#define FS_GONE_TENANT_NAME		2
+
+/* The WAL writer logs the heartbeat table at most this often (ms). */
+#define FS_WAL_HEARTBEATS_EVERY_MS	1000
 
 /* Largest record the writer makes (a FULL is cut into chunks of it). */
 #define FS_WAL_RECORD_MAX		(512 * 1024)

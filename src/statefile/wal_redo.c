@@ -17,11 +17,15 @@
  * fs_replication.replay_dropped.  Only a record that is not fairshare's, or
  * of a newer format than this library reads, is refused, with what to do.
  *
- * A complete snapshot clears every lease's mark at FULL_BEGIN, marks every
- * lease it names, and at FULL_END removes the leases it did not name (the state
- * file's orphans after a crash, leases whose removal fell in a lost
- * interval).  At the end of recovery (rm_cleanup: crash recovery done, or a
- * promotion) the server goes on from the replayed state.
+ * A complete snapshot clears every lease's and tenant's mark at
+ * FULL_BEGIN, marks every one it names, and at FULL_END removes the leases
+ * and then the tenants it did not name (the state file's orphans after a
+ * crash, removals and evictions that fell in a lost interval or were not
+ * listed), and the claim-map entries whose leases are gone.  Between
+ * snapshots, a record's tenants gone (evicted on the primary) are
+ * forgotten after its other sections.  At the end of recovery (rm_cleanup:
+ * crash recovery done, or a promotion) the server goes on from the
+ * replayed state.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,7 +37,9 @@
 #include "utils/timestamp.h"
 
 #include "core/stateformat.h"
+#include "core/tenant.h"
 #include "fairq/fairqueue.h"
+#include "gate/gate.h"
 #include "slots/slots.h"
 #include "statefile/records.h"
 #include "statefile/statefile.h"
@@ -150,6 +156,87 @@ fs_redo_lease(FsRedo *r, FsStateItem *item)
 		r->dropped++;
 }
 
+/* fs_queue_of_index for the replay's items: the record's queue of an index. */
+static FsQueue *
+fs_redo_queue_of(uint32 index, void *arg)
+{
+	return fs_redo_queue((const FsRedo *) arg, index);
+}
+
+/*
+ * Forget a tenant the primary no longer has, unless it holds a slot or an
+ * orphan lease here (then its leases are still to go, or it was entered
+ * again: its state follows in a later item).  Out of its fair order first.
+ */
+static void
+fs_redo_drop_tenant(FsQueue *queue, const char *tenant)
+{
+	FsTenantRef ref;
+	FsTenant   *entry;
+	FsTenantKey key;
+	bool		held;
+
+	entry = fs_tenant_open(queue, tenant, FS_OPEN_NO_LIMITS, &ref);
+	if (entry == NULL)
+		return;
+	fs_tenant_lock(entry);
+	held = entry->slots_in_use > 0 || entry->orphan_leases > 0;
+	if (!held)
+		fs_tenant_backlog_forget(entry);
+	fs_tenant_unlock(entry);
+	if (!held)
+		fs_fair_replay_tenant(queue, entry);
+	fs_tenant_close(&ref);
+	if (!held)
+	{
+		fs_tenant_key_init(&key, queue->queue_id, tenant);
+		(void) fs_tenant_drop(&key);
+	}
+}
+
+/* An evicted tenant's item. */
+static void
+fs_redo_tenant_gone(FsRedo *r, FsStateItem *item)
+{
+	uint8		field;
+	uint8		len;
+	const char *value;
+	uint32		index = 0;
+	bool		has_index = false;
+	char		tenant[FS_NAME_BUFLEN];
+	FsQueue    *queue;
+
+	tenant[0] = '\0';
+	while (fs_state_field_next(item, &field, &value, &len))
+	{
+		if (field == FS_GONE_TENANT_QUEUE)
+			has_index = fs_state_field_value(value, len, index);
+		else if (field == FS_GONE_TENANT_NAME &&
+				 !fs_state_field_name(value, len, tenant, FS_NAME_BUFLEN))
+			tenant[0] = '\0';
+	}
+	if (!has_index || tenant[0] == '\0' || (queue = fs_redo_queue(r, index)) == NULL)
+		return;
+	fs_redo_drop_tenant(queue, tenant);
+}
+
+/* At a complete snapshot's end: forget the tenants it did not name. */
+static void
+fs_redo_sweep_tenants(void)
+{
+	int			n;
+	int			i;
+	FsTenantKey *keys = fs_tenant_replay_unnamed(&n);
+
+	for (i = 0; i < n; i++)
+	{
+		FsQueue    *queue = fs_queue_by_id(keys[i].queue_id);
+
+		if (queue != NULL)
+			fs_redo_drop_tenant(queue, keys[i].tenant);
+	}
+}
+
 /* A removed lease's item. */
 static void
 fs_redo_lease_gone(FsStateItem *item)
@@ -200,6 +287,8 @@ fs_redo_sections(FsRedo *r, const char *data, Size len)
 		pos += sizeof(section);
 		if (section.tag == FS_SECTION_END || section.item_size != 0)
 			break;
+		if (section.tag == FS_SECTION_HEARTBEATS)
+			fs_gate_replay_clear();
 		for (i = 0; i < section.count; i++)
 		{
 			FsStateItem item;
@@ -223,10 +312,23 @@ fs_redo_sections(FsRedo *r, const char *data, Size len)
 				case FS_SECTION_FAIRQ_QUEUES:
 					fs_redo_fair_queue(r, &item);
 					break;
+				case FS_SECTION_FAIRQ_CLAIMS:
+					if (!fs_claim_wal_apply(&item, fs_redo_queue_of, r))
+						r->dropped++;
+					break;
+				case FS_SECTION_HEARTBEATS:
+					if (!fs_gate_replay_worker(&item, fs_redo_queue_of, r))
+						r->dropped++;
+					break;
+				case FS_SECTION_TENANTS_GONE:
+					fs_redo_tenant_gone(r, &item);
+					break;
 				default:
 					break;		/* a section of a later version */
 			}
 		}
+		if (section.tag == FS_SECTION_HEARTBEATS)
+			fs_gate_replay_recount();
 	}
 }
 
@@ -266,13 +368,14 @@ fs_wal_redo(XLogReaderState *record)
 	fs_redo_header(record, &header);
 	memset(&r, 0, sizeof(r));
 	/*
-	 * A snapshot begins: no lease is named by it yet (whatever an earlier
-	 * snapshot, perhaps cut short by a crash, marked).  Every lease a record
-	 * enters or updates from now on is marked.
+	 * A snapshot begins: no lease or tenant is named by it yet (whatever an
+	 * earlier snapshot, perhaps cut short by a crash, marked).  Every one a
+	 * record enters or updates from now on is marked.
 	 */
 	if (info == XLOG_FS_FULL_BEGIN)
 	{
 		fs_lease_replay_unmark_all();
+		fs_tenant_replay_unmark_all();
 		SpinLockAcquire(&fs_wal->mutex);
 		fs_wal->replay_in_snapshot = true;
 		SpinLockRelease(&fs_wal->mutex);
@@ -293,6 +396,8 @@ fs_wal_redo(XLogReaderState *record)
 			if (fs_wal->replay_in_snapshot)
 			{
 				(void) fs_lease_replay_sweep();
+				fs_redo_sweep_tenants();
+				fs_claim_wal_sweep();
 				snapshot_end = true;
 			}
 			break;
@@ -370,8 +475,9 @@ fs_wal_redo_startup(void)
  * cached limits are loaded again at their next use; each queue's backlog
  * is recounted from its table at its next use (the logged counts lag the
  * table's commits).  With a complete snapshot replayed, budgets are known
- * (no fail-open minute); without one, the state is what the state file
- * and the batches gave, as after a crash without WAL.
+ * (no fail-open minute).  Without one, the state is what the state file
+ * and the batches gave, as after a crash without WAL (the WAL writer warns
+ * of it as it starts: recovery with nothing to redo does not come here).
  */
 void
 fs_wal_redo_cleanup(void)
@@ -391,14 +497,14 @@ fs_wal_redo_cleanup(void)
 	pg_atomic_write_u64(&fs_shared->next_lease_id, (uint64) next);
 	pg_atomic_fetch_add_u32(&fs_shared->limits_generation, 1);
 	fs_fair_unsync_all();
+	fs_claim_wal_sweep();		/* entries of leases removed in the last batches */
 	if (snapshot_seen)
 		fs_shared->start_kind = FS_START_REPLAYED;
 
-	ereport(LOG,
-			(errmsg("fairshare state replayed from WAL: %ld tenants, %ld leases",
-					fs_tenant_count(), fs_lease_count()),
-			 snapshot_seen ? 0 :
-			 errdetail("No complete snapshot was replayed: the state is the state file's and the batches' since.")));
+	if (snapshot_seen)
+		ereport(LOG,
+				(errmsg("fairshare state replayed from WAL: %ld tenants, %ld leases",
+						fs_tenant_count(), fs_lease_count())));
 	if (redo_cxt != NULL)
 	{
 		MemoryContextDelete(redo_cxt);

@@ -33,6 +33,7 @@
 
 #include "core/stateformat.h"
 #include "fairq/fairqueue.h"
+#include "gate/gate.h"
 #include "slots/slots.h"
 #include "statefile/records.h"
 #include "statefile/wal.h"
@@ -45,21 +46,36 @@ typedef struct FsWalBuild
 	StringInfoData leases;
 	StringInfoData gone;
 	StringInfoData fairq;
+	StringInfoData claims;
+	StringInfoData heartbeats;
+	StringInfoData tenants_gone;
 	uint64		ntenants;
 	uint64		nleases;
 	uint64		ngone;
 	uint64		nfairq;
+	uint64		nclaims;
+	uint64		nheartbeats;
+	uint64		ntenants_gone;
+	bool		has_heartbeats; /* the table (perhaps empty) is in this record */
+	bool		last_of_cycle;	/* the cycle's last record: tenants_gone go in */
 	bool	   *queue_named;	/* by queue id: an item names the queue */
+	bool	   *gone_queue_named;	/* the same, for the tenants_gone held */
 	bool		lost;			/* an item found no room: log a snapshot next */
 	XLogRecPtr	last_lsn;		/* end of the last record inserted */
 	uint64		records;
 	uint64		bytes;
 } FsWalBuild;
 
-/* The writer's memory: the build, the lease ids and copies, the fair queues' versions. */
+/*
+ * The writer's memory: the build, the lease ids and copies, the evicted
+ * tenants' keys, the fair queues' and the heartbeat table's versions.
+ */
 static FsWalBuild build;
 static int64 *lease_ids = NULL;
+static FsTenantKey *gone_keys = NULL;
 static uint64 *fairq_seen = NULL;
+static uint64 heartbeats_seen = PG_UINT64_MAX;
+static TimestampTz heartbeats_logged_at = 0;
 
 /* Leases copied a chunk at a time (fs_lease_wal_copy_many()). */
 #define FS_WAL_LEASE_CHUNK		4096
@@ -69,12 +85,14 @@ static bool *lease_found = NULL;
 /* The room a batch of the tables' scans may need (FS_SCAN_BATCH items). */
 #define FS_WAL_TENANT_ROOM		(FS_SCAN_BATCH * (FS_TENANT_ITEM_MAX + 8))
 #define FS_WAL_LEASE_ROOM		(FS_SCAN_BATCH * (FS_LEASE_ITEM_MAX + 8))
+#define FS_WAL_CLAIM_ROOM		(FS_SCAN_BATCH * (FS_CLAIM_ITEM_MAX + 8))
 
 /* The bytes of the record built so far (without its queues and header). */
 static Size
 fs_wal_build_size(const FsWalBuild *b)
 {
-	return (Size) b->tenants.len + b->leases.len + b->gone.len + b->fairq.len;
+	return (Size) b->tenants.len + b->leases.len + b->gone.len + b->fairq.len +
+		b->claims.len + b->heartbeats.len;
 }
 
 /* Append a section of `count` items, already written in `items`. */
@@ -113,6 +131,10 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 	{
 		uint64		nqueues = 0;
 
+		/* The held tenants_gone name their queues in the record they go in. */
+		if (b->last_of_cycle && b->ntenants_gone > 0)
+			for (q = 0; q < fs_max_queues; q++)
+				b->queue_named[q] |= b->gone_queue_named[q];
 		at = fs_state_section_begin(&rec, FS_SECTION_QUEUES, 0);
 		for (q = 0; q < fs_max_queues; q++)
 		{
@@ -125,10 +147,27 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 			b->queue_named[q] = false;
 		}
 		fs_state_section_end(&rec, at, nqueues);
+		/*
+		 * Leases gone before leases taken: a lease taken in place of one
+		 * given back never shows next to it on a standby (ids are never
+		 * reused, so the order changes nothing else).
+		 */
+		fs_wal_put_section(&rec, FS_SECTION_LEASES_GONE, &b->gone, b->ngone);
 		fs_wal_put_section(&rec, FS_SECTION_TENANTS, &b->tenants, b->ntenants);
 		fs_wal_put_section(&rec, FS_SECTION_LEASES, &b->leases, b->nleases);
-		fs_wal_put_section(&rec, FS_SECTION_LEASES_GONE, &b->gone, b->ngone);
+		fs_wal_put_section(&rec, FS_SECTION_FAIRQ_CLAIMS, &b->claims, b->nclaims);
 		fs_wal_put_section(&rec, FS_SECTION_FAIRQ_QUEUES, &b->fairq, b->nfairq);
+		if (b->has_heartbeats)
+		{
+			/* Even empty: the table replaces a standby's. */
+			at = fs_state_section_begin(&rec, FS_SECTION_HEARTBEATS, 0);
+			appendBinaryStringInfo(&rec, b->heartbeats.data, b->heartbeats.len);
+			fs_state_section_end(&rec, at, b->nheartbeats);
+		}
+		/* Last: after the leases gone that let the tenants be evicted. */
+		if (b->last_of_cycle)
+			fs_wal_put_section(&rec, FS_SECTION_TENANTS_GONE, &b->tenants_gone,
+							   b->ntenants_gone);
 		(void) fs_state_section_begin(&rec, FS_SECTION_END, 0);
 	}
 
@@ -146,14 +185,24 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 	resetStringInfo(&b->leases);
 	resetStringInfo(&b->gone);
 	resetStringInfo(&b->fairq);
-	b->ntenants = b->nleases = b->ngone = b->nfairq = 0;
+	resetStringInfo(&b->claims);
+	resetStringInfo(&b->heartbeats);
+	b->ntenants = b->nleases = b->ngone = b->nfairq = b->nclaims = b->nheartbeats = 0;
+	b->has_heartbeats = false;
+	if (b->last_of_cycle)
+	{
+		resetStringInfo(&b->tenants_gone);
+		b->ntenants_gone = 0;
+		memset(b->gone_queue_named, 0, sizeof(bool) * Max(fs_max_queues, 1));
+	}
 }
 
 /* Insert the build as a record of its kind if it holds anything. */
 static void
 fs_wal_emit(FsWalBuild *b)
 {
-	if (b->ntenants + b->nleases + b->ngone + b->nfairq > 0)
+	if (b->ntenants + b->nleases + b->ngone + b->nfairq + b->nclaims > 0 ||
+		b->has_heartbeats || (b->last_of_cycle && b->ntenants_gone > 0))
 		fs_wal_insert(b, b->info);
 }
 
@@ -170,6 +219,7 @@ fs_wal_build_pause(void *arg)
 		fs_wal_emit(b);
 	enlargeStringInfo(&b->tenants, FS_WAL_TENANT_ROOM);
 	enlargeStringInfo(&b->leases, FS_WAL_LEASE_ROOM);
+	enlargeStringInfo(&b->claims, FS_WAL_CLAIM_ROOM);
 }
 
 /* Note that an item of this record names queue `queue_id`. */
@@ -229,6 +279,73 @@ fs_wal_add_gone(FsWalBuild *b, int64 lease_id)
 	b->ngone++;
 }
 
+/*
+ * The tenants evicted since the last cycle that are still gone: each a
+ * TENANTS_GONE item, held for the cycle's last record.  One evicted and
+ * entered again since is not: its entry's state is logged as any change.
+ */
+static void
+fs_wal_add_tenants_gone(FsWalBuild *b, bool *need_snapshot)
+{
+	bool		overflow;
+	int			n = fs_tenants_gone_drain(gone_keys, &overflow);
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		Size		at;
+
+		if (fs_tenant_exists(&gone_keys[i]))
+			continue;
+		at = fs_state_item_begin(&b->tenants_gone);
+		fs_state_put_value(&b->tenants_gone, FS_GONE_TENANT_QUEUE, gone_keys[i].queue_id);
+		fs_state_put_name(&b->tenants_gone, FS_GONE_TENANT_NAME, gone_keys[i].tenant);
+		fs_state_item_end(&b->tenants_gone, at);
+		b->ntenants_gone++;
+		if (gone_keys[i].queue_id < (uint32) fs_max_queues)
+			b->gone_queue_named[gone_keys[i].queue_id] = true;
+	}
+	if (overflow)
+		*need_snapshot = true;
+}
+
+/*
+ * The heartbeat table, if it changed since it was last logged and that was
+ * FS_WAL_HEARTBEATS_EVERY_MS ago (`all`: now, whatever changed).
+ */
+static void
+fs_wal_add_heartbeats(FsWalBuild *b, bool all)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (all)
+		heartbeats_seen = PG_UINT64_MAX;	/* differs from any version */
+	else if (now - heartbeats_logged_at < (int64) FS_WAL_HEARTBEATS_EVERY_MS * 1000)
+		return;
+	if (!fs_gate_wal_write(&b->heartbeats, &heartbeats_seen, &b->nheartbeats, b->queue_named))
+		return;
+	b->has_heartbeats = true;
+	heartbeats_logged_at = now;
+}
+
+/* The claim-map entries set since the last cycle, in records of bounded size. */
+static void
+fs_wal_add_claims(FsWalBuild *b, bool *need_snapshot)
+{
+	bool		overflow;
+
+	if (fs_claim_wal_drain(&overflow) > 0)
+	{
+		while (!fs_claim_wal_write_next(&b->claims,
+										FS_WAL_RECORD_MAX > fs_wal_build_size(b) ?
+										FS_WAL_RECORD_MAX - (fs_wal_build_size(b) - b->claims.len) : 0,
+										&b->nclaims, b->queue_named))
+			fs_wal_emit(b);
+	}
+	if (overflow)
+		*need_snapshot = true;
+}
+
 /* The fair queues whose state changed since it was last logged (all: `all`). */
 static void
 fs_wal_add_fair_queues(FsWalBuild *b, bool all)
@@ -251,9 +368,17 @@ fs_wal_add_fair_queues(FsWalBuild *b, bool all)
 }
 
 /*
- * One interval's batch: the changed tenants, the changed and removed
- * leases, the changed fair queues.  Sets *need_snapshot when changes could
- * not be tracked one by one (a list overflowed, an item found no room).
+ * One interval's batch: the changed tenants, the evicted ones, the changed
+ * and removed leases, the claim-map entries set, the changed fair queues,
+ * the heartbeat table.  Sets *need_snapshot when changes could not be
+ * tracked one by one (a list overflowed, an item found no room).
+ *
+ * The order matters for evictions.  A tenant is listed as gone only if it
+ * is still missing after the changed tenants were copied, so any item of
+ * its own in this cycle's records is older than its eviction; and the
+ * evictions are listed before the leases are, so the removal of the leases
+ * that let it become idle is in this cycle too.  The gone items go in the
+ * cycle's last record, after those (wal_redo.c applies TENANTS_GONE last).
  */
 static void
 fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
@@ -263,9 +388,11 @@ fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
 	int			i;
 
 	b->info = XLOG_FS_BATCH;
+	b->last_of_cycle = false;
 	fs_wal_build_pause(b);
 	if (pg_atomic_read_u32(&fs_shared->wal_tenants_dirty) != 0)
 		fs_tenant_foreach_for_wal(fs_wal_add_tenant, fs_wal_build_pause, b, false);
+	fs_wal_add_tenants_gone(b, need_snapshot);
 
 	n = fs_lease_wal_drain(lease_ids, &overflow);
 	for (i = 0; i < n; i += FS_WAL_LEASE_CHUNK)
@@ -285,18 +412,24 @@ fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
 				fs_wal_add_gone(b, lease_ids[i + k]);	/* a standby has it */
 		}
 	}
+	fs_wal_add_claims(b, need_snapshot);
 	fs_wal_add_fair_queues(b, false);
+	fs_wal_add_heartbeats(b, false);
+	b->last_of_cycle = true;
 	fs_wal_emit(b);
+	b->last_of_cycle = false;
 	if (overflow || b->lost)
 		*need_snapshot = true;
 	b->lost = false;
 }
 
 /*
- * A complete snapshot: FULL_BEGIN, every tenant, lease and fair queue in
- * FULL_CHUNKs, FULL_END.  A standby removes the leases it did not name.
- * The lease lists are emptied first: what they named is in the snapshot
- * (or gone from it, and so removed), and later changes are listed anew.
+ * A complete snapshot: FULL_BEGIN, every tenant, lease, claim-map entry and
+ * fair queue and the heartbeat table in FULL_CHUNKs, FULL_END.  A standby
+ * removes the tenants and leases it did not name, and the claim-map
+ * entries whose leases are gone.  The lists of changes are emptied first:
+ * what they named is in the snapshot (or gone from it, and so removed), and
+ * later changes are listed anew.
  */
 static void
 fs_wal_write_snapshot(FsWalBuild *b)
@@ -304,12 +437,17 @@ fs_wal_write_snapshot(FsWalBuild *b)
 	bool		overflow;
 
 	(void) fs_lease_wal_drain(lease_ids, &overflow);
+	(void) fs_tenants_gone_drain(gone_keys, &overflow);
+	(void) fs_claim_wal_drain(&overflow);
 	fs_wal_insert(b, XLOG_FS_FULL_BEGIN);
 	b->info = XLOG_FS_FULL_CHUNK;
 	fs_wal_build_pause(b);
 	fs_tenant_foreach_for_wal(fs_wal_add_tenant, fs_wal_build_pause, b, true);
 	fs_lease_foreach_for_wal(fs_wal_add_lease, fs_wal_build_pause, b);
+	fs_claim_wal_write_all(&b->claims, &b->nclaims, b->queue_named, &b->lost,
+						   fs_wal_build_pause, b);
 	fs_wal_add_fair_queues(b, true);
+	fs_wal_add_heartbeats(b, true);
 	fs_wal_emit(b);
 	fs_wal_insert(b, XLOG_FS_FULL_END);
 	b->lost = false;
@@ -361,7 +499,12 @@ fs_wal_writer_setup(void)
 	initStringInfo(&build.leases);
 	initStringInfo(&build.gone);
 	initStringInfo(&build.fairq);
+	initStringInfo(&build.claims);
+	initStringInfo(&build.heartbeats);
+	initStringInfo(&build.tenants_gone);
+	gone_keys = palloc_extended(sizeof(FsTenantKey) * fs_tenants_gone_room(), MCXT_ALLOC_HUGE);
 	build.queue_named = palloc0(sizeof(bool) * Max(fs_max_queues, 1));
+	build.gone_queue_named = palloc0(sizeof(bool) * Max(fs_max_queues, 1));
 	lease_ids = palloc_extended(sizeof(int64) * Max(fs_lease_wal_room(), 1), MCXT_ALLOC_HUGE);
 	fairq_seen = palloc0(sizeof(uint64) * Max(fs_max_queues, 1));
 	lease_infos = palloc(sizeof(FsLeaseInfo) * FS_WAL_LEASE_CHUNK);
@@ -381,6 +524,7 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 	XLogRecPtr	snapshot_redo = InvalidXLogRecPtr;
 	bool		need_snapshot = true;
 	TimestampTz cycle_start = 0;
+	uint64		replayed_records;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -392,7 +536,23 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 	fs_wal_writer_setup();
 	SpinLockAcquire(&fs_wal->mutex);
 	fs_wal->writer_latch = MyLatch;
+	replayed_records = fs_wal->replayed_records;
 	SpinLockRelease(&fs_wal->mutex);
+
+	/*
+	 * After a crash, recovery replayed no complete snapshot (or the state
+	 * would be FS_START_REPLAYED): the server stopped after a checkpoint
+	 * and before this writer logged the snapshot that follows it, and
+	 * replay began after the snapshot before.  Say what that means.
+	 */
+	if (fs_shared->start_kind == FS_START_AFTER_CRASH && fs_wal_interval_ms > 0)
+		ereport(WARNING,
+				(errmsg("fairshare state was not replayed from WAL: recovery found no complete snapshot"),
+				 errdetail("The server stopped after a checkpoint and before fairshare's WAL writer logged the snapshot "
+						   "that follows it. The state is the state file's and that of the " UINT64_FORMAT
+						   " fairshare records replayed since.", replayed_records),
+				 errhint("Changes made before that checkpoint and not logged since may be lost, and budgets fail "
+						 "open for a minute, as after a crash without WAL.")));
 	before_shmem_exit(fs_wal_writer_detach, (Datum) 0);
 
 	for (;;)

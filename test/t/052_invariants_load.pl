@@ -17,10 +17,13 @@
 # the registration does not use, the queue registered again with the same
 # expressions), and an independent observer (one more client, its own
 # connection) samples fs_tenants, fs_leases and fs_fairness every 100 ms and
-# writes every violation it sees into a table.
+# writes every violation it sees into a table.  A streaming standby replays
+# fairshare's state meanwhile, and a second observer samples its views
+# every 100 ms for the same violations (it prints them: a standby is read
+# only).
 #
 # Checked after the load:
-#   - the observer saw no violation (slots in use above the bound, negative
+#   - neither observer saw a violation (slots in use above the bound, negative
 #     counts, an orphan or expired lease, a lease id twice, a balance above
 #     its cap, limits cached wrong, untracked rows or fail-open in a queue).
 #     It does not count one tenant's leases in fs_leases: the view is read a
@@ -70,7 +73,7 @@ my $tolerance_ms = 0.01;
 my $node = fs_node('invariants_load', q{
 shared_preload_libraries = 'fairshare,pg_stat_statements'
 pg_stat_statements.track = top
-});
+}, allows_streaming => 1);
 my $q = sub { $node->safe_psql('postgres', shift) };
 
 $q->(q{
@@ -110,6 +113,12 @@ $q->(q{
 	INSERT INTO observer VALUES (0);
 	CREATE TABLE load_window (t_start timestamptz, t_end timestamptz);
 });
+
+# The standby, made from a backup of the primary as it is now.
+$node->backup('base');
+my $standby = PostgreSQL::Test::Cluster->new('invariants_standby');
+$standby->init_from_backup($node, 'base', has_streaming => 1);
+$standby->start;
 
 # ---------------------------------------------------------------------------
 # The load: 64 clients
@@ -354,8 +363,32 @@ UPDATE observer SET samples = samples + 1;
 \sleep 100 ms
 };
 
+# The standby's observer: psql runs one query every 100 ms (\watch) and
+# prints a line per sample, with the violations it saw (the replayed state
+# lags the primary; what it shows must hold all the same).
+my $observe_standby = q{
+\pset format unaligned
+\pset tuples_only on
+SELECT 'sample|' || coalesce((
+  WITH t AS MATERIALIZED (SELECT * FROM fs_tenants),
+       l AS MATERIALIZED (SELECT * FROM fs_leases)
+  SELECT string_agg(v, '; ') FROM (
+    SELECT 'slots_over_bound ' || t.queue || '/' || t.tenant || ' ' || t.slots_in_use || ' > ' || coalesce(b.hi, 1) AS v
+      FROM t LEFT JOIN bounds b USING (queue, tenant) WHERE t.slots_in_use > coalesce(b.hi, 1)
+    UNION ALL
+    SELECT 'negative_count ' || t.queue || '/' || t.tenant FROM t WHERE t.slots_in_use < 0 OR t.ready_rows < 0
+    UNION ALL
+    SELECT 'balance_over_cap ' || t.tenant || ' ' || t.token_balance
+      FROM t WHERE t.token_balance > t.budget_ms_per_minute + 1e-6
+    UNION ALL
+    SELECT 'lease_' || l.state || ' ' || l.lease_id FROM l WHERE l.state NOT IN ('live', 'releasing')
+    UNION ALL
+    SELECT 'duplicate_lease_id ' || l.lease_id FROM l GROUP BY l.lease_id HAVING count(*) > 1) x), '')
+\watch 0.1
+};
+
 # ---------------------------------------------------------------------------
-# Run: DDL and observer in the background, the 64 clients in the foreground
+# Run: DDL and observers in the background, the 64 clients in the foreground
 # ---------------------------------------------------------------------------
 
 my $dir = PostgreSQL::Test::Utils::tempdir();
@@ -388,6 +421,14 @@ for my $b ([ 'observer', { 'observe@1' => $observe } ], [ 'ddl', \%ddl ])
 		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout($seconds + 120));
 	$bg{$name} = [ $h, \$out, \$err ];
 }
+# Its script from a file, its samples into one: nothing waits on a pipe.
+open(my $sfh, '>', "$dir/observe_standby.sql") or die "observe_standby.sql: $!";
+print $sfh $observe_standby;
+close $sfh;
+my $standby_observer = IPC::Run::start(
+	[ 'psql', '-X', '-h', $standby->host, '-p', $standby->port, '-d', 'postgres',
+	  '-f', "$dir/observe_standby.sql" ],
+	'<', \undef, '>', "$dir/observe_standby.out", '2>', "$dir/observe_standby.err");
 
 $q->("SELECT pg_stat_statements_reset()");
 $q->("INSERT INTO load_window (t_start) VALUES (clock_timestamp())");
@@ -412,6 +453,13 @@ for my $name (sort keys %bg)
 	note("$name: $$o");
 }
 
+$standby_observer->signal('INT');
+$standby_observer->finish;
+my $standby_out = slurp_file("$dir/observe_standby.out");
+my $standby_err = slurp_file("$dir/observe_standby.err");
+my @standby_samples = $standby_out =~ /^sample\|(.*)$/mg;
+my @standby_violations = grep { $_ ne '' } @standby_samples;
+
 my $statements = $q->(q{
 	SELECT sum(calls) FROM pg_stat_statements
 	 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'postgres')
@@ -423,6 +471,11 @@ my $samples = $q->("SELECT samples FROM observer");
 # ---------------------------------------------------------------------------
 
 cmp_ok($samples, '>=', $seconds * 3, "the observer sampled the views ($samples samples)");
+cmp_ok(scalar(@standby_samples), '>=', $seconds * 3,
+	'the standby\'s observer sampled its views (' . scalar(@standby_samples) . ' samples)')
+	or diag("psql on the standby: $standby_err");
+is(join("\n", @standby_violations[0 .. ($#standby_violations < 4 ? $#standby_violations : 4)]), '',
+	'the standby\'s observer saw no violation (' . scalar(@standby_violations) . ' samples with one)');
 my $violations = $q->("SELECT count(*) FROM violations");
 is($q->(q{SELECT string_agg(kind || ' x' || n || ', first: ' || first, E'\n' ORDER BY kind)
              FROM (SELECT kind, count(*) AS n,
@@ -564,5 +617,14 @@ diag(sprintf("invariants under load: %d clients, %ds, %s statements, violations:
 	$clients, $seconds, $statements, $violations));
 note(sprintf("load ran %.1fs; observer samples %d", $elapsed, $samples));
 
+# The standby ends where the primary does.
+$node->wait_for_catchup($standby, 'replay', $q->("SELECT fs_wal_sync()"));
+my $end_state = q{SELECT string_agg(queue || '/' || tenant || ' ' || slots_in_use || ' ' || ready_rows, ', '
+                                    ORDER BY queue, tenant) || ' leases ' || (SELECT count(*) FROM fs_leases)
+                    FROM fs_tenants WHERE slots_in_use <> 0 OR ready_rows <> 0};
+is($standby->safe_psql('postgres', $end_state), $q->($end_state),
+	'the standby ends with the primary\'s slots, backlog and leases');
+ok(!$standby->log_contains(qr/terminated by signal|PANIC/), 'no process of the standby crashed');
+$standby->stop;
 $node->stop;
 done_testing();
