@@ -896,7 +896,8 @@ fs_tenant_collect_unnamed(const FsTenant *copy, void *arg)
 /*
  * WAL replay, at the end of a complete snapshot: the keys of the entries it
  * did not name (the primary no longer has them), in a palloc'd array, and
- * how many in *count.
+ * how many in *count; NULL when that memory cannot be had (the startup
+ * process must not fail for it).
  */
 FsTenantKey *
 fs_tenant_replay_unnamed(int *count)
@@ -905,7 +906,10 @@ fs_tenant_replay_unnamed(int *count)
 
 	unnamed.capacity = fs_max_tenants;
 	unnamed.count = 0;
-	unnamed.keys = palloc_extended(sizeof(FsTenantKey) * Max(fs_max_tenants, 1), MCXT_ALLOC_HUGE);
+	unnamed.keys = palloc_extended(sizeof(FsTenantKey) * Max(fs_max_tenants, 1),
+								   MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+	if (unnamed.keys == NULL)
+		return NULL;
 	fs_tenant_foreach(fs_tenant_collect_unnamed, &unnamed);
 	*count = unnamed.count;
 	return unnamed.keys;

@@ -24,6 +24,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 
 #include "budget/budget.h"
 #include "core/stateformat.h"
@@ -132,7 +133,10 @@ fs_claim_lock(uint32 hashvalue)
 /*
  * The end of every change of the claim map.  An entry set is listed for the
  * WAL writer (not when restoring in the postmaster: the writer logs a
- * complete snapshot when it starts).  The debug build checks the entry.
+ * complete snapshot when it starts).  On a standby the replay lists them
+ * too, and nobody drains the lists until a promotion: they fill, note an
+ * overflow, and the new writer's first snapshot covers them anyway.  The
+ * debug build checks the entry.
  */
 static inline void
 fs_claim_map_changed(const FsClaimEntry *entry, uint32 hashvalue)
@@ -796,18 +800,32 @@ fs_claim_wal_write_all(StringInfo buf, uint64 *count, bool *queue_named, bool *l
 
 /*
  * Replay a claim-map item of a WAL record: the entry, for the queue that
- * `queue_of` gives for the record's queue index.  False when it could not
- * be kept (the map is full).
+ * `queue_of` gives for the record's queue index.  Removals are not logged
+ * (an entry goes with its lease), so a standby's map fills with entries of
+ * leases gone: when it is full, the entries whose leases are gone are
+ * forgotten (at most once a second) and the insert is tried again.  Such
+ * a sweep may also forget an entry whose lease has not been replayed yet
+ * (logged in the next cycle): that row's lease then ends at its expiry.
+ * False when the entry could not be kept.
  */
 bool
 fs_claim_wal_apply(FsStateItem *item, fs_queue_of_index queue_of, void *arg)
 {
+	static TimestampTz swept_at = 0;
 	FsClaimEntry rec;
 	FsQueue    *queue;
+	TimestampTz now;
 
 	if (!fs_claim_map_read(item, &rec) || (queue = queue_of(rec.key.queue_id, arg)) == NULL)
 		return true;
 	rec.key.queue_id = queue->queue_id;
+	if (fs_claim_map_insert(&rec.key, rec.lease_id, rec.est_cost, rec.tenant))
+		return true;
+	now = GetCurrentTimestamp();
+	if (now - swept_at < USECS_PER_SEC)
+		return false;
+	swept_at = now;
+	(void) fs_claim_map_sweep(true);
 	return fs_claim_map_insert(&rec.key, rec.lease_id, rec.est_cost, rec.tenant);
 }
 

@@ -24,7 +24,7 @@
  * snapshot after it, with the batches after that, is the whole state.  The
  * writer notices a checkpoint at its next cycle: a crash between the end of
  * a checkpoint and that snapshot finds no snapshot to replay, and recovery
- * then falls back to the state file (with a warning; wal_redo.c).  The
+ * then falls back to the state file (with a warning; wal_writer.c).  The
  * records hold absolute values, never increments: a record replayed twice,
  * or after the state file was restored, changes nothing more.
  *

@@ -84,6 +84,8 @@ typedef struct FsWalShared
 	bool		replay_snapshot_seen;	/* a complete snapshot was replayed */
 	bool		replay_in_snapshot; /* between FULL_BEGIN and FULL_END */
 	int64		replayed_next_lease_id;
+	bool		warned_unreplayed;	/* the writer warned of a recovery
+									 * without a snapshot */
 	ConditionVariable cycle_done;	/* broadcast after each writer cycle */
 } FsWalShared;
 

@@ -23,7 +23,7 @@
  * crash, removals and evictions that fell in a lost interval or were not
  * listed), and the claim-map entries whose leases are gone.  Between
  * snapshots, a record's tenants gone (evicted on the primary) are
- * forgotten after its other sections.  At the end of recovery (rm_cleanup:
+ * forgotten after its leases gone and before its tenants are entered.  At the end of recovery (rm_cleanup:
  * crash recovery done, or a promotion) the server goes on from the
  * replayed state.
  *
@@ -62,6 +62,11 @@ typedef struct FsRedo
 	int			nqueues;
 	int			capacity;
 	uint64		dropped;
+	/* the record's tenants gone: its items of them are older (skipped) */
+	FsTenantKey *gone;
+	int			ngone;
+	int			gone_capacity;
+	bool		gone_sorted;
 } FsRedo;
 
 /* This server's queue for the primary's queue `index` in this record. */
@@ -104,9 +109,36 @@ fs_redo_add_queue(FsRedo *r, FsStateItem *item)
 	r->nqueues++;
 }
 
+/* qsort and bsearch order of tenant keys. */
+static int
+fs_redo_key_cmp(const void *a, const void *b)
+{
+	const FsTenantKey *x = (const FsTenantKey *) a;
+	const FsTenantKey *y = (const FsTenantKey *) b;
+
+	if (x->queue_id != y->queue_id)
+		return x->queue_id < y->queue_id ? -1 : 1;
+	return strcmp(x->tenant, y->tenant);
+}
+
+/* Is `key` one of this record's tenants gone? */
+static bool
+fs_redo_is_gone(FsRedo *r, const FsTenantKey *key)
+{
+	if (r->ngone == 0)
+		return false;
+	if (!r->gone_sorted)
+	{
+		qsort(r->gone, r->ngone, sizeof(FsTenantKey), fs_redo_key_cmp);
+		r->gone_sorted = true;
+	}
+	return bsearch(key, r->gone, r->ngone, sizeof(FsTenantKey), fs_redo_key_cmp) != NULL;
+}
+
 /*
  * A tenant item: the entry (made if missing, without loading limits) takes
- * the logged state, and its place in the fair order follows.
+ * the logged state, and its place in the fair order follows.  An item of a
+ * tenant this record also lists as gone is older than its eviction: skipped.
  */
 static void
 fs_redo_tenant(FsRedo *r, FsStateItem *item)
@@ -122,6 +154,14 @@ fs_redo_tenant(FsRedo *r, FsStateItem *item)
 	queue = fs_redo_queue(r, index);
 	if (queue == NULL)
 		return;
+	if (r->ngone > 0)
+	{
+		FsTenantKey key;
+
+		fs_tenant_key_init(&key, queue->queue_id, saved.key.tenant);
+		if (fs_redo_is_gone(r, &key))
+			return;
+	}
 	entry = fs_tenant_open(queue, saved.key.tenant, FS_OPEN_CREATE | FS_OPEN_NO_LIMITS, &ref);
 	if (entry == NULL)
 	{
@@ -166,7 +206,9 @@ fs_redo_queue_of(uint32 index, void *arg)
 /*
  * Forget a tenant the primary no longer has, unless it holds a slot or an
  * orphan lease here (then its leases are still to go, or it was entered
- * again: its state follows in a later item).  Out of its fair order first.
+ * again: its state follows in a later item).  Out of its fair order first:
+ * no backlog, then fs_fair_replay_tenant() gives back its place and clears
+ * its mark.
  */
 static void
 fs_redo_drop_tenant(FsQueue *queue, const char *tenant)
@@ -182,7 +224,7 @@ fs_redo_drop_tenant(FsQueue *queue, const char *tenant)
 	fs_tenant_lock(entry);
 	held = entry->slots_in_use > 0 || entry->orphan_leases > 0;
 	if (!held)
-		fs_tenant_backlog_forget(entry);
+		fs_tenant_backlog_add(entry, -entry->ready_rows, true);
 	fs_tenant_unlock(entry);
 	if (!held)
 		fs_fair_replay_tenant(queue, entry);
@@ -218,6 +260,14 @@ fs_redo_tenant_gone(FsRedo *r, FsStateItem *item)
 	if (!has_index || tenant[0] == '\0' || (queue = fs_redo_queue(r, index)) == NULL)
 		return;
 	fs_redo_drop_tenant(queue, tenant);
+	if (r->ngone == r->gone_capacity)
+	{
+		r->gone_capacity = Max(64, r->gone_capacity * 2);
+		r->gone = r->gone == NULL ? palloc(sizeof(FsTenantKey) * r->gone_capacity) :
+			repalloc(r->gone, sizeof(FsTenantKey) * r->gone_capacity);
+	}
+	fs_tenant_key_init(&r->gone[r->ngone++], queue->queue_id, tenant);
+	r->gone_sorted = false;
 }
 
 /* At a complete snapshot's end: forget the tenants it did not name. */
@@ -228,6 +278,13 @@ fs_redo_sweep_tenants(void)
 	int			i;
 	FsTenantKey *keys = fs_tenant_replay_unnamed(&n);
 
+	if (keys == NULL)
+	{
+		ereport(LOG,
+				(errmsg("fairshare skipped the sweep of tenants at the end of a snapshot: out of memory"),
+				 errdetail("Tenants the primary no longer has stay on this server until its next snapshot.")));
+		return;
+	}
 	for (i = 0; i < n; i++)
 	{
 		FsQueue    *queue = fs_queue_by_id(keys[i].queue_id);

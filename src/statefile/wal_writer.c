@@ -48,18 +48,17 @@ typedef struct FsWalBuild
 	StringInfoData fairq;
 	StringInfoData claims;
 	StringInfoData heartbeats;
-	StringInfoData tenants_gone;
 	uint64		ntenants;
 	uint64		nleases;
 	uint64		ngone;
 	uint64		nfairq;
 	uint64		nclaims;
 	uint64		nheartbeats;
-	uint64		ntenants_gone;
 	bool		has_heartbeats; /* the table (perhaps empty) is in this record */
-	bool		last_of_cycle;	/* the cycle's last record: tenants_gone go in */
+	bool		last_of_cycle;	/* the cycle's last records: tenants gone go in */
+	int			ngone_keys;		/* tenants gone this cycle (gone_keys) ... */
+	int			gone_next;		/* ... and the first not yet in a record */
 	bool	   *queue_named;	/* by queue id: an item names the queue */
-	bool	   *gone_queue_named;	/* the same, for the tenants_gone held */
 	bool		lost;			/* an item found no room: log a snapshot next */
 	XLogRecPtr	last_lsn;		/* end of the last record inserted */
 	uint64		records;
@@ -82,6 +81,9 @@ static TimestampTz heartbeats_logged_at = 0;
 static FsLeaseInfo *lease_infos = NULL;
 static bool *lease_found = NULL;
 
+/* The most bytes an item of TENANTS_GONE takes. */
+#define FS_TENANT_GONE_ITEM_MAX	(2 + 6 + 2 + FS_NAME_MAXLEN)
+
 /* The room a batch of the tables' scans may need (FS_SCAN_BATCH items). */
 #define FS_WAL_TENANT_ROOM		(FS_SCAN_BATCH * (FS_TENANT_ITEM_MAX + 8))
 #define FS_WAL_LEASE_ROOM		(FS_SCAN_BATCH * (FS_LEASE_ITEM_MAX + 8))
@@ -93,6 +95,14 @@ fs_wal_build_size(const FsWalBuild *b)
 {
 	return (Size) b->tenants.len + b->leases.len + b->gone.len + b->fairq.len +
 		b->claims.len + b->heartbeats.len;
+}
+
+/* Note that an item of this record names queue `queue_id`. */
+static inline void
+fs_wal_name_queue(FsWalBuild *b, uint32 queue_id)
+{
+	if (queue_id < (uint32) fs_max_queues)
+		b->queue_named[queue_id] = true;
 }
 
 /* Append a section of `count` items, already written in `items`. */
@@ -119,6 +129,7 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 	FsWalHeader header;
 	Size		at;
 	int			q;
+	bool		important;
 
 	initStringInfo(&rec);
 	memset(&header, 0, sizeof(header));
@@ -127,14 +138,31 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 	header.primary_now = GetCurrentTimestamp();
 	header.next_lease_id = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
 	appendBinaryStringInfo(&rec, (char *) &header, sizeof(header));
+	/* A record of heartbeats only is no activity (see below). */
+	important = b->ntenants + b->nleases + b->ngone + b->nfairq + b->nclaims > 0 ||
+		(b->last_of_cycle && b->gone_next < b->ngone_keys);
 	if (info == XLOG_FS_BATCH || info == XLOG_FS_FULL_CHUNK)
 	{
 		uint64		nqueues = 0;
 
-		/* The held tenants_gone name their queues in the record they go in. */
-		if (b->last_of_cycle && b->ntenants_gone > 0)
-			for (q = 0; q < fs_max_queues; q++)
-				b->queue_named[q] |= b->gone_queue_named[q];
+		int			gone_end = b->gone_next;
+		int			i;
+
+		/*
+		 * The tenants gone, in the cycle's last records: as many as keep
+		 * the record within FS_WAL_RECORD_MAX (one at least), their queues
+		 * named with the others.
+		 */
+		if (b->last_of_cycle && b->gone_next < b->ngone_keys)
+		{
+			Size		used = fs_wal_build_size(b);
+			int			fit = used < FS_WAL_RECORD_MAX ?
+				(int) ((FS_WAL_RECORD_MAX - used) / FS_TENANT_GONE_ITEM_MAX) : 0;
+
+			gone_end = Min(b->ngone_keys, b->gone_next + Max(fit, 1));
+			for (i = b->gone_next; i < gone_end; i++)
+				fs_wal_name_queue(b, gone_keys[i].queue_id);
+		}
 		at = fs_state_section_begin(&rec, FS_SECTION_QUEUES, 0);
 		for (q = 0; q < fs_max_queues; q++)
 		{
@@ -153,6 +181,27 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 		 * reused, so the order changes nothing else).
 		 */
 		fs_wal_put_section(&rec, FS_SECTION_LEASES_GONE, &b->gone, b->ngone);
+		/*
+		 * Tenants gone after the leases gone that let them be evicted, and
+		 * before the tenants entered, for which they make room: a tenant
+		 * listed here was missing after this cycle's changed tenants were
+		 * copied, so an item of its own in this record is older than its
+		 * eviction, and the standby skips it (wal_redo.c).
+		 */
+		if (gone_end > b->gone_next)
+		{
+			at = fs_state_section_begin(&rec, FS_SECTION_TENANTS_GONE, 0);
+			for (i = b->gone_next; i < gone_end; i++)
+			{
+				Size		item = fs_state_item_begin(&rec);
+
+				fs_state_put_value(&rec, FS_GONE_TENANT_QUEUE, gone_keys[i].queue_id);
+				fs_state_put_name(&rec, FS_GONE_TENANT_NAME, gone_keys[i].tenant);
+				fs_state_item_end(&rec, item);
+			}
+			fs_state_section_end(&rec, at, (uint64) (gone_end - b->gone_next));
+			b->gone_next = gone_end;
+		}
 		fs_wal_put_section(&rec, FS_SECTION_TENANTS, &b->tenants, b->ntenants);
 		fs_wal_put_section(&rec, FS_SECTION_LEASES, &b->leases, b->nleases);
 		fs_wal_put_section(&rec, FS_SECTION_FAIRQ_CLAIMS, &b->claims, b->nclaims);
@@ -164,17 +213,16 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 			appendBinaryStringInfo(&rec, b->heartbeats.data, b->heartbeats.len);
 			fs_state_section_end(&rec, at, b->nheartbeats);
 		}
-		/* Last: after the leases gone that let the tenants be evicted. */
-		if (b->last_of_cycle)
-			fs_wal_put_section(&rec, FS_SECTION_TENANTS_GONE, &b->tenants_gone,
-							   b->ntenants_gone);
 		(void) fs_state_section_begin(&rec, FS_SECTION_END, 0);
 	}
 
 	XLogBeginInsert();
 	XLogRegisterData(rec.data, rec.len);
-	/* Snapshots must not make an idle server checkpoint (wal.c). */
-	if (info != XLOG_FS_BATCH)
+	/*
+	 * Snapshots must not make an idle server checkpoint (wal.c), nor the
+	 * heartbeats of workers polling an idle queue.
+	 */
+	if (info != XLOG_FS_BATCH || !important)
 		XLogSetRecordFlags(XLOG_MARK_UNIMPORTANT);
 	b->last_lsn = XLogInsert((RmgrId) fs_wal_rmgr_id, info);
 	b->records++;
@@ -189,12 +237,6 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 	resetStringInfo(&b->heartbeats);
 	b->ntenants = b->nleases = b->ngone = b->nfairq = b->nclaims = b->nheartbeats = 0;
 	b->has_heartbeats = false;
-	if (b->last_of_cycle)
-	{
-		resetStringInfo(&b->tenants_gone);
-		b->ntenants_gone = 0;
-		memset(b->gone_queue_named, 0, sizeof(bool) * Max(fs_max_queues, 1));
-	}
 }
 
 /* Insert the build as a record of its kind if it holds anything. */
@@ -202,7 +244,7 @@ static void
 fs_wal_emit(FsWalBuild *b)
 {
 	if (b->ntenants + b->nleases + b->ngone + b->nfairq + b->nclaims > 0 ||
-		b->has_heartbeats || (b->last_of_cycle && b->ntenants_gone > 0))
+		b->has_heartbeats || (b->last_of_cycle && b->gone_next < b->ngone_keys))
 		fs_wal_insert(b, b->info);
 }
 
@@ -222,13 +264,6 @@ fs_wal_build_pause(void *arg)
 	enlargeStringInfo(&b->claims, FS_WAL_CLAIM_ROOM);
 }
 
-/* Note that an item of this record names queue `queue_id`. */
-static inline void
-fs_wal_name_queue(FsWalBuild *b, uint32 queue_id)
-{
-	if (queue_id < (uint32) fs_max_queues)
-		b->queue_named[queue_id] = true;
-}
 
 /*
  * fs_tenant_foreach_for_wal() visitor (under the entry's partition lock):
@@ -280,9 +315,10 @@ fs_wal_add_gone(FsWalBuild *b, int64 lease_id)
 }
 
 /*
- * The tenants evicted since the last cycle that are still gone: each a
- * TENANTS_GONE item, held for the cycle's last record.  One evicted and
- * entered again since is not: its entry's state is logged as any change.
+ * The tenants evicted since the last cycle that are still gone, kept in
+ * gone_keys for the cycle's last records (fs_wal_insert()).  One evicted
+ * and entered again since is not: its entry's state is logged as any
+ * change.
  */
 static void
 fs_wal_add_tenants_gone(FsWalBuild *b, bool *need_snapshot)
@@ -291,20 +327,10 @@ fs_wal_add_tenants_gone(FsWalBuild *b, bool *need_snapshot)
 	int			n = fs_tenants_gone_drain(gone_keys, &overflow);
 	int			i;
 
+	b->ngone_keys = b->gone_next = 0;
 	for (i = 0; i < n; i++)
-	{
-		Size		at;
-
-		if (fs_tenant_exists(&gone_keys[i]))
-			continue;
-		at = fs_state_item_begin(&b->tenants_gone);
-		fs_state_put_value(&b->tenants_gone, FS_GONE_TENANT_QUEUE, gone_keys[i].queue_id);
-		fs_state_put_name(&b->tenants_gone, FS_GONE_TENANT_NAME, gone_keys[i].tenant);
-		fs_state_item_end(&b->tenants_gone, at);
-		b->ntenants_gone++;
-		if (gone_keys[i].queue_id < (uint32) fs_max_queues)
-			b->gone_queue_named[gone_keys[i].queue_id] = true;
-	}
+		if (!fs_tenant_exists(&gone_keys[i]))
+			gone_keys[b->ngone_keys++] = gone_keys[i];
 	if (overflow)
 		*need_snapshot = true;
 }
@@ -378,7 +404,7 @@ fs_wal_add_fair_queues(FsWalBuild *b, bool all)
  * its own in this cycle's records is older than its eviction; and the
  * evictions are listed before the leases are, so the removal of the leases
  * that let it become idle is in this cycle too.  The gone items go in the
- * cycle's last record, after those (wal_redo.c applies TENANTS_GONE last).
+ * cycle's last records, after those leases' removals (fs_wal_insert()).
  */
 static void
 fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
@@ -416,8 +442,11 @@ fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
 	fs_wal_add_fair_queues(b, false);
 	fs_wal_add_heartbeats(b, false);
 	b->last_of_cycle = true;
-	fs_wal_emit(b);
+	do
+		fs_wal_emit(b);
+	while (b->gone_next < b->ngone_keys);
 	b->last_of_cycle = false;
+	b->ngone_keys = b->gone_next = 0;
 	if (overflow || b->lost)
 		*need_snapshot = true;
 	b->lost = false;
@@ -429,12 +458,15 @@ fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
  * removes the tenants and leases it did not name, and the claim-map
  * entries whose leases are gone.  The lists of changes are emptied first:
  * what they named is in the snapshot (or gone from it, and so removed), and
- * later changes are listed anew.
+ * later changes are listed anew.  Returns false if an item found no room:
+ * the snapshot then has no FULL_END (a standby must not remove what it
+ * missed), and the caller logs another.
  */
-static void
+static bool
 fs_wal_write_snapshot(FsWalBuild *b)
 {
 	bool		overflow;
+	bool		complete;
 
 	(void) fs_lease_wal_drain(lease_ids, &overflow);
 	(void) fs_tenants_gone_drain(gone_keys, &overflow);
@@ -449,8 +481,11 @@ fs_wal_write_snapshot(FsWalBuild *b)
 	fs_wal_add_fair_queues(b, true);
 	fs_wal_add_heartbeats(b, true);
 	fs_wal_emit(b);
-	fs_wal_insert(b, XLOG_FS_FULL_END);
+	complete = !b->lost;
+	if (complete)
+		fs_wal_insert(b, XLOG_FS_FULL_END);
 	b->lost = false;
+	return complete;
 }
 
 /* Publish a finished cycle (fs_wal_sync() and fs_replication wait on it). */
@@ -501,10 +536,8 @@ fs_wal_writer_setup(void)
 	initStringInfo(&build.fairq);
 	initStringInfo(&build.claims);
 	initStringInfo(&build.heartbeats);
-	initStringInfo(&build.tenants_gone);
 	gone_keys = palloc_extended(sizeof(FsTenantKey) * fs_tenants_gone_room(), MCXT_ALLOC_HUGE);
 	build.queue_named = palloc0(sizeof(bool) * Max(fs_max_queues, 1));
-	build.gone_queue_named = palloc0(sizeof(bool) * Max(fs_max_queues, 1));
 	lease_ids = palloc_extended(sizeof(int64) * Max(fs_lease_wal_room(), 1), MCXT_ALLOC_HUGE);
 	fairq_seen = palloc0(sizeof(uint64) * Max(fs_max_queues, 1));
 	lease_infos = palloc(sizeof(FsLeaseInfo) * FS_WAL_LEASE_CHUNK);
@@ -525,6 +558,7 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 	bool		need_snapshot = true;
 	TimestampTz cycle_start = 0;
 	uint64		replayed_records;
+	bool		warn;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -537,20 +571,25 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 	SpinLockAcquire(&fs_wal->mutex);
 	fs_wal->writer_latch = MyLatch;
 	replayed_records = fs_wal->replayed_records;
+	warn = fs_shared->start_kind == FS_START_AFTER_CRASH && fs_wal_interval_ms > 0 &&
+		!fs_wal->warned_unreplayed;
+	fs_wal->warned_unreplayed |= warn;
 	SpinLockRelease(&fs_wal->mutex);
 
 	/*
 	 * After a crash, recovery replayed no complete snapshot (or the state
-	 * would be FS_START_REPLAYED): the server stopped after a checkpoint
-	 * and before this writer logged the snapshot that follows it, and
-	 * replay began after the snapshot before.  Say what that means.
+	 * would be FS_START_REPLAYED): most likely the server stopped after a
+	 * checkpoint and before this writer logged the snapshot that follows
+	 * it, and replay began after the snapshot before.  Said once per start
+	 * of the server, whatever restarts of this worker.
 	 */
-	if (fs_shared->start_kind == FS_START_AFTER_CRASH && fs_wal_interval_ms > 0)
+	if (warn)
 		ereport(WARNING,
 				(errmsg("fairshare state was not replayed from WAL: recovery found no complete snapshot"),
-				 errdetail("The server stopped after a checkpoint and before fairshare's WAL writer logged the snapshot "
-						   "that follows it. The state is the state file's and that of the " UINT64_FORMAT
-						   " fairshare records replayed since.", replayed_records),
+				 errdetail("The state is the state file's and that of the " UINT64_FORMAT " fairshare records replayed "
+						   "since the checkpoint recovery began at. A crash between the end of a checkpoint and the "
+						   "WAL writer's next snapshot, or fairshare.wal_interval = 0 before the crash, leaves none.",
+						   replayed_records),
 				 errhint("Changes made before that checkpoint and not logged since may be lost, and budgets fail "
 						 "open for a minute, as after a crash without WAL.")));
 	before_shmem_exit(fs_wal_writer_detach, (Datum) 0);
@@ -589,9 +628,8 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 				need_snapshot = true;
 			if (need_snapshot)
 			{
-				fs_wal_write_snapshot(&build);
+				need_snapshot = !fs_wal_write_snapshot(&build);
 				snapshot_redo = redo;
-				need_snapshot = false;
 				snapshot = true;
 			}
 			else
@@ -606,7 +644,7 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 			{
 				fs_wal_write_batch(&build, &need_snapshot);
 				if (need_snapshot)
-					fs_wal_write_snapshot(&build);	/* some changes went unlisted */
+					(void) fs_wal_write_snapshot(&build);	/* some changes went unlisted */
 				fs_wal_cycle_done(&build, need_snapshot);
 			}
 			proc_exit(0);

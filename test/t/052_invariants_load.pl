@@ -619,8 +619,8 @@ note(sprintf("load ran %.1fs; observer samples %d", $elapsed, $samples));
 
 # The standby ends where the primary does.
 $node->wait_for_catchup($standby, 'replay', $q->("SELECT fs_wal_sync()"));
-my $end_state = q{SELECT string_agg(queue || '/' || tenant || ' ' || slots_in_use || ' ' || ready_rows, ', '
-                                    ORDER BY queue, tenant) || ' leases ' || (SELECT count(*) FROM fs_leases)
+my $end_state = q{SELECT coalesce(string_agg(queue || '/' || tenant || ' ' || slots_in_use || ' ' || ready_rows, ', '
+                                    ORDER BY queue, tenant), '') || ' leases ' || (SELECT count(*) FROM fs_leases)
                     FROM fs_tenants WHERE slots_in_use <> 0 OR ready_rows <> 0};
 is($standby->safe_psql('postgres', $end_state), $q->($end_state),
 	'the standby ends with the primary\'s slots, backlog and leases');

@@ -1,7 +1,9 @@
 # What else a standby replays, and a promoted standby goes on with:
 # - tenants the primary evicts are forgotten on the standby too, one by one
-#   as they go, or by the next complete snapshot when the evictions were not
-#   logged one by one (here: the WAL writer was off meanwhile);
+#   as they go (a standby as small as the primary has room for the tenants
+#   that replace them, and evicts nothing of its own), or by the next
+#   complete snapshot (here: the WAL writer was off meanwhile, and the
+#   snapshot it logs when it is on again drops the list of evictions);
 # - the claim map: a job claimed before the failover releases its lease when
 #   its row leaves the running table after it;
 # - the worker heartbeats: the standby's fs_workers and fs_queues show the
@@ -21,8 +23,6 @@ my $p = sub { $primary->safe_psql('postgres', shift) };
 $primary->backup('base');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'base', has_streaming => 1);
-# Room for every tenant: what it forgets, it forgets because the primary did.
-$standby->append_conf('postgresql.conf', "fairshare.max_tenants = 2000\n");
 $standby->start;
 my $s = sub { $standby->safe_psql('postgres', shift) };
 my $sync = sub { $primary->wait_for_catchup($standby, 'replay', $p->("SELECT fs_wal_sync()")) };
@@ -34,14 +34,18 @@ $p->("SELECT fs_set_limit('*', 'slots', max_slots => 10)");
 $p->("SELECT fs_release_slot(fs_acquire_slot('e' || i, 'slots')) FROM generate_series(1, 30) i");
 $sync->();
 is($s->("SELECT count(*) FROM fs_tenants WHERE queue = 'slots'"), '30', 'the standby has 30 tenants');
+my $standby_evictions = $s->("SELECT evictions FROM fs_stats");
 $p->("SELECT fs_release_slot(fs_acquire_slot('e' || i, 'slots')) FROM generate_series(31, 60) i");
 cmp_ok($p->("SELECT evictions FROM fs_stats"), '>', 0, 'the primary evicted idle tenants');
 $sync->();
 is($s->($tenants), $p->($tenants), 'the standby forgets the tenants the primary evicted');
+is($s->("SELECT evictions FROM fs_stats"), $standby_evictions,
+	'and, as small as the primary, it evicted none of its own');
 cmp_ok($s->("SELECT count(*) FROM fs_tenants"), '<=', 32, 'and holds no more than the primary can');
 
-# With the writer off, evictions go unlisted; the snapshot logged when it
-# is on again names every tenant, and the standby forgets the others.
+# With the writer off, evictions are listed but not logged; the snapshot
+# logged when it is on again drops the list and names every tenant, and the
+# standby forgets the others.
 $p->("ALTER SYSTEM SET fairshare.wal_interval = 0; SELECT pg_reload_conf()");
 $p->("SELECT fs_release_slot(fs_acquire_slot('f' || i, 'slots')) FROM generate_series(1, 60) i");
 $p->("ALTER SYSTEM RESET fairshare.wal_interval; SELECT pg_reload_conf()");

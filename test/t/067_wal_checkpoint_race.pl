@@ -33,7 +33,7 @@ $node->poll_query_until('postgres', "SELECT writer_running FROM fs_replication")
 my $log = slurp_file($node->logfile, $offset);
 like($log, qr/WARNING:  fairshare state was not replayed from WAL: recovery found no complete snapshot/,
 	'the server warns that recovery replayed no snapshot');
-like($log, qr/DETAIL:  The server stopped after a checkpoint and before fairshare's WAL writer logged the snapshot/,
+like($log, qr/DETAIL:  The state is the state file's and that of the 0 fairshare records replayed since the checkpoint recovery began at\. A crash between the end of a checkpoint and the WAL writer's next snapshot/,
 	'and says why');
 like($log, qr/HINT:  Changes made before that checkpoint and not logged since may be lost/,
 	'and what it means');

@@ -16,8 +16,10 @@ use FairshareTest;
 my $src = fs_src();
 my $mod = PostgreSQL::Test::Utils::tempdir();
 copy("$src/test/modules/wal_record/$_", "$mod/$_") or die "copy $_: $!" for qw(Makefile wal_record.c);
-# Built against the system's server headers, as fairshare is (test/lib.sh).
-ok(run_log([ 'make', '-s', '-C', $mod, "FS_SRC=$src", 'PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config' ]),
+# Built against the system's server headers, as fairshare is (test/lib.sh):
+# the pg_config of the installation the tests run is a copy without them.
+my ($major) = `pg_config --version` =~ /PostgreSQL (\d+)/ or die "pg_config --version";
+ok(run_log([ 'make', '-s', '-C', $mod, "FS_SRC=$src", "PG_CONFIG=/usr/lib/postgresql/$major/bin/pg_config" ]),
 	'the test module builds') or BAIL_OUT('cannot build test/modules/wal_record');
 
 my $primary = fs_node('primary', '', allows_streaming => 1);
@@ -25,13 +27,14 @@ my $p = sub { $primary->safe_psql('postgres', shift) };
 $p->("CREATE FUNCTION fs_test_wal_record(bigint, int) RETURNS pg_lsn
       AS '$mod/wal_record', 'fs_test_wal_record' LANGUAGE C STRICT");
 
+my $id = $p->("SHOW fairshare.wal_rmgr_id");
 my @cases = (
 	[ 'newer', 0x46535731, 2,
 	  qr/FATAL:  fairshare WAL record at [0-9A-F]+\/[0-9A-F]+ has format 2, newer than this server's fairshare reads \(1\)/,
 	  qr/HINT:  Upgrade fairshare on the standbys first, then on the primary\./ ],
 	[ 'foreign', 0x12345678, 1,
-	  qr/FATAL:  WAL record at [0-9A-F]+\/[0-9A-F]+ of resource manager 128 is not fairshare's/,
-	  qr/HINT:  Another extension may use resource manager id 128: give each its own \(fairshare\.wal_rmgr_id\), the same on every server\./ ]);
+	  qr/FATAL:  WAL record at [0-9A-F]+\/[0-9A-F]+ of resource manager $id is not fairshare's/,
+	  qr/HINT:  Another extension may use resource manager id $id: give each its own \(fairshare\.wal_rmgr_id\), the same on every server\./ ]);
 
 for my $case (@cases)
 {
