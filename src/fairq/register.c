@@ -45,6 +45,7 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/defrem.h"
@@ -203,7 +204,10 @@ fs_update_of(Bitmapset *cols, Relation rel)
 	return buf.data;
 }
 
-/* Drop trigger `name` of relid if there is one, and it must be ours. */
+/*
+ * Drop trigger `name` of relid if it has one of its own, and it must be
+ * ours.  A trigger a partition inherits from its parent's goes with it.
+ */
 static void
 fs_drop_trigger(Oid relid, const char *name, const char *function)
 {
@@ -215,7 +219,7 @@ fs_drop_trigger(Oid relid, const char *name, const char *function)
 	values[0] = ObjectIdGetDatum(relid);
 	values[1] = CStringGetTextDatum(name);
 	fs_spi(psprintf("SELECT t.tgfoid = '%s.%s'::pg_catalog.regproc FROM pg_catalog.pg_trigger t"
-					" WHERE t.tgrelid = $1 AND t.tgname = $2",
+					" WHERE t.tgrelid = $1 AND t.tgname = $2 AND t.tgparentid = 0",
 					fs_ext_schema(), function),
 		   2, argtypes, values, NULL, false);
 	if (SPI_processed == 0)
@@ -246,80 +250,206 @@ fs_create_triggers(const char *table, const char *name, const char *events, cons
 		   0, NULL, NULL, NULL, false);
 }
 
+/* A TRUNCATE trigger alone, on a partition below a table with the row trigger. */
+static void
+fs_create_truncate_trigger(const char *table, const char *truncate_name, const char *role)
+{
+	fs_spi(psprintf("CREATE TRIGGER %s AFTER TRUNCATE ON %s"
+					" FOR EACH STATEMENT EXECUTE FUNCTION %s.fs_fair_truncate_trigger('%s')",
+					truncate_name, table, fs_ext_schema(), role),
+		   0, NULL, NULL, NULL, false);
+}
+
+/* What fs_sync_triggers() learns of one table of a partition tree. */
+typedef struct FsTriggerHome
+{
+	Oid			relid;
+	bool		ready;			/* some registration's ready table */
+	bool		running;		/* some registration's running table */
+} FsTriggerHome;
+
 /*
- * Make relid's fairshare triggers match the registrations that use it: the
- * ready-row trigger fires on INSERT, DELETE and UPDATE of the columns any
- * registration's tenant, filter, key or cost reads; the running-row trigger
- * on DELETE and UPDATE of the columns of running_filter and running_key.
+ * The registrations of the tables in `relids` (ready and running tables),
+ * rows of (queue, ready_table, running_table, tenant, ready_filter, key,
+ * cost, running_filter, running_key), in SPI_tuptable.
+ */
+static void
+fs_registrations_of(List *relids)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * list_length(relids));
+	Oid			argtypes[1] = {OIDARRAYOID};
+	Datum		values[1];
+	ListCell   *lc;
+	int			i = 0;
+
+	foreach(lc, relids)
+		elems[i++] = ObjectIdGetDatum(lfirst_oid(lc));
+	values[0] = PointerGetDatum(construct_array(elems, i, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
+	fs_spi(psprintf("SELECT queue, ready_table::pg_catalog.oid, running_table::pg_catalog.oid,"
+					" tenant, ready_filter, key, cost, running_filter, running_key"
+					"  FROM %s.fs_fair_queues"
+					" WHERE ready_table::pg_catalog.oid = ANY ($1)"
+					"    OR running_table::pg_catalog.oid = ANY ($1)",
+					fs_ext_schema()),
+		   1, argtypes, values, NULL, false);
+}
+
+/*
+ * Make the fairshare triggers of `relid`'s table, and of every table of its
+ * partition tree, match the registrations that use them.
+ *
+ * A ready table's row trigger fires on INSERT, DELETE and UPDATE of the
+ * columns any registration's tenant, filter, key or cost reads; a running
+ * table's on DELETE and UPDATE of the columns of running_filter and
+ * running_key; each has a TRUNCATE trigger.  In a partition tree, a row
+ * trigger on a table is cloned to all its partitions, present and future,
+ * and its function serves the registrations of the partition and of its
+ * ancestors (fs_fair_rel_triggers()).  So a row fires one trigger only if
+ * the row triggers live on the topmost registered tables alone (their
+ * "homes"), each reading the columns of its own registrations and of its
+ * registered partitions', and registered partitions below a home have none
+ * of their own.  TRUNCATE triggers are not cloned: every partition of a
+ * home gets its own (a partition made later has none until the next
+ * registration; the periodic recount corrects its queue's backlog).
+ *
+ * Every own trigger of the tree is dropped first (a parent's takes its
+ * clones with it), then the homes' are made.
  */
 static void
 fs_sync_triggers(Oid relid)
 {
-	Relation	rel;
-	Oid			argtypes[1] = {REGCLASSOID};
-	Datum		values[1];
-	Bitmapset  *ready_cols = NULL;
-	Bitmapset  *running_cols = NULL;
-	bool		any_ready = false;
-	bool		any_running = false;
-	const char *table;
-	const char *ready_of;
-	const char *running_of;
-	uint64		r;
+	Oid			root = relid;
+	List	   *tree;
+	FsTriggerHome *homes;
+	int			ntables;
+	int			t;
+	ListCell   *lc;
 	SPITupleTable *tuptable;
+	uint64		nregs;
 
 	if (get_rel_name(relid) == NULL)
 		return;					/* dropped: its triggers went with it */
-	rel = relation_open(relid, AccessShareLock);
-	table = fs_qualified_name(relid);
+	if (get_rel_relispartition(relid))
+		root = llast_oid(get_partition_ancestors(relid));
+	tree = get_rel_relkind(root) == RELKIND_PARTITIONED_TABLE ?
+		find_all_inheritors(root, AccessShareLock, NULL) : list_make1_oid(root);
+	ntables = list_length(tree);
+	homes = palloc0(sizeof(FsTriggerHome) * ntables);
 
-	values[0] = ObjectIdGetDatum(relid);
-	fs_spi(psprintf("SELECT queue, ready_table = $1, running_table = $1, tenant, ready_filter,"
-					" key, cost, running_filter, running_key"
-					"  FROM %s.fs_fair_queues WHERE ready_table = $1 OR running_table = $1",
-					fs_ext_schema()),
-		   1, argtypes, values, NULL, false);
+	fs_registrations_of(tree);
 	tuptable = SPI_tuptable;
-	for (r = 0; r < SPI_processed; r++)
+	nregs = SPI_processed;
+	t = 0;
+	foreach(lc, tree)
 	{
-		HeapTuple	tuple = tuptable->vals[r];
-		TupleDesc	desc = tuptable->tupdesc;
-		char	   *queue = SPI_getvalue(tuple, desc, 1);
-		bool		isnull;
+		uint64		r;
 
-		if (DatumGetBool(SPI_getbinval(tuple, desc, 2, &isnull)))
+		homes[t].relid = lfirst_oid(lc);
+		for (r = 0; r < nregs; r++)
 		{
-			any_ready = true;
-			fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 4), rel, FS_EXPR_TENANT, queue);
-			fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 5), rel, FS_EXPR_FILTER, queue);
-			fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 6), rel, FS_EXPR_KEY, queue);
-			fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 7), rel, FS_EXPR_COST, queue);
+			bool		isnull;
+			Datum		ready = SPI_getbinval(tuptable->vals[r], tuptable->tupdesc, 2, &isnull);
+			Datum		running;
+
+			if (!isnull && DatumGetObjectId(ready) == homes[t].relid)
+				homes[t].ready = true;
+			running = SPI_getbinval(tuptable->vals[r], tuptable->tupdesc, 3, &isnull);
+			if (!isnull && DatumGetObjectId(running) == homes[t].relid)
+				homes[t].running = true;
 		}
-		if (DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull)) && !isnull)
-		{
-			any_running = true;
-			fs_add_columns(&running_cols, SPI_getvalue(tuple, desc, 8), rel,
-						   FS_EXPR_RUNNING_FILTER, queue);
-			fs_add_columns(&running_cols, SPI_getvalue(tuple, desc, 9), rel,
-						   FS_EXPR_RUNNING_KEY, queue);
-		}
+		t++;
 	}
 
-	ready_of = fs_update_of(ready_cols, rel);
-	running_of = fs_update_of(running_cols, rel);
-	/* DDL on the table needs it closed (it stays locked). */
-	relation_close(rel, NoLock);
+	/* Bottom up, so that no own trigger of a partition stands in the way. */
+	for (t = ntables - 1; t >= 0; t--)
+	{
+		fs_drop_trigger(homes[t].relid, FS_TRIGGER_READY, "fs_fair_ready_trigger");
+		fs_drop_trigger(homes[t].relid, FS_TRIGGER_READY_T, "fs_fair_truncate_trigger");
+		fs_drop_trigger(homes[t].relid, FS_TRIGGER_RUN, "fs_fair_running_trigger");
+		fs_drop_trigger(homes[t].relid, FS_TRIGGER_RUN_T, "fs_fair_truncate_trigger");
+	}
 
-	fs_drop_trigger(relid, FS_TRIGGER_READY, "fs_fair_ready_trigger");
-	fs_drop_trigger(relid, FS_TRIGGER_READY_T, "fs_fair_truncate_trigger");
-	fs_drop_trigger(relid, FS_TRIGGER_RUN, "fs_fair_running_trigger");
-	fs_drop_trigger(relid, FS_TRIGGER_RUN_T, "fs_fair_truncate_trigger");
-	if (any_ready)
-		fs_create_triggers(table, FS_TRIGGER_READY, "INSERT OR DELETE OR UPDATE", ready_of,
-						   "fs_fair_ready_trigger", FS_TRIGGER_READY_T, "ready");
-	if (any_running)
-		fs_create_triggers(table, FS_TRIGGER_RUN, "DELETE OR UPDATE", running_of,
-						   "fs_fair_running_trigger", FS_TRIGGER_RUN_T, "running");
+	for (t = 0; t < ntables; t++)
+	{
+		List	   *below;
+		List	   *above;
+		bool		ready_home = homes[t].ready;
+		bool		running_home = homes[t].running;
+		Bitmapset  *ready_cols = NULL;
+		Bitmapset  *running_cols = NULL;
+		Relation	rel;
+		const char *table;
+		const char *ready_of;
+		const char *running_of;
+		int			u;
+		uint64		r;
+
+		/* A home has no registered table above it. */
+		above = get_rel_relispartition(homes[t].relid) ?
+			get_partition_ancestors(homes[t].relid) : NIL;
+		for (u = 0; u < ntables; u++)
+			if (list_member_oid(above, homes[u].relid))
+			{
+				ready_home &= !homes[u].ready;
+				running_home &= !homes[u].running;
+			}
+		if (!ready_home && !running_home)
+			continue;
+
+		/* Its columns: its registrations' and those of the tables below it. */
+		below = get_rel_relkind(homes[t].relid) == RELKIND_PARTITIONED_TABLE ?
+			find_all_inheritors(homes[t].relid, AccessShareLock, NULL) :
+			list_make1_oid(homes[t].relid);
+		rel = relation_open(homes[t].relid, AccessShareLock);
+		for (r = 0; r < nregs; r++)
+		{
+			HeapTuple	tuple = tuptable->vals[r];
+			TupleDesc	desc = tuptable->tupdesc;
+			char	   *queue = SPI_getvalue(tuple, desc, 1);
+			bool		isnull;
+			Datum		ready = SPI_getbinval(tuple, desc, 2, &isnull);
+			Datum		running;
+
+			if (ready_home && !isnull && list_member_oid(below, DatumGetObjectId(ready)))
+			{
+				fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 4), rel, FS_EXPR_TENANT, queue);
+				fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 5), rel, FS_EXPR_FILTER, queue);
+				fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 6), rel, FS_EXPR_KEY, queue);
+				fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 7), rel, FS_EXPR_COST, queue);
+			}
+			running = SPI_getbinval(tuple, desc, 3, &isnull);
+			if (running_home && !isnull && list_member_oid(below, DatumGetObjectId(running)))
+			{
+				fs_add_columns(&running_cols, SPI_getvalue(tuple, desc, 8), rel,
+							   FS_EXPR_RUNNING_FILTER, queue);
+				fs_add_columns(&running_cols, SPI_getvalue(tuple, desc, 9), rel,
+							   FS_EXPR_RUNNING_KEY, queue);
+			}
+		}
+		ready_of = fs_update_of(ready_cols, rel);
+		running_of = fs_update_of(running_cols, rel);
+		table = fs_qualified_name(homes[t].relid);
+		/* DDL on the table needs it closed (it stays locked). */
+		relation_close(rel, NoLock);
+
+		if (ready_home)
+			fs_create_triggers(table, FS_TRIGGER_READY, "INSERT OR DELETE OR UPDATE", ready_of,
+							   "fs_fair_ready_trigger", FS_TRIGGER_READY_T, "ready");
+		if (running_home)
+			fs_create_triggers(table, FS_TRIGGER_RUN, "DELETE OR UPDATE", running_of,
+							   "fs_fair_running_trigger", FS_TRIGGER_RUN_T, "running");
+		foreach(lc, below)
+		{
+			Oid			part = lfirst_oid(lc);
+
+			if (part == homes[t].relid)
+				continue;
+			if (ready_home)
+				fs_create_truncate_trigger(fs_qualified_name(part), FS_TRIGGER_READY_T, "ready");
+			if (running_home)
+				fs_create_truncate_trigger(fs_qualified_name(part), FS_TRIGGER_RUN_T, "running");
+		}
+	}
 }
 
 /* ----------------------------------------------------------------
