@@ -19,7 +19,8 @@ PG_MAJOR="${PG_MAJOR:-15}"
 # fs_install_deps before anything is built.
 FS_DEPS_BUILD="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR"
 FS_DEPS_TEST="postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
- ruby ruby-pg procps clang-14 libclang-rt-14-dev sqlsmith binutils postgresql-$PG_MAJOR-auto-failover"
+ ruby ruby-pg procps clang-14 libclang-rt-14-dev sqlsmith binutils postgresql-$PG_MAJOR-auto-failover
+ pgbouncer"
 FS_DEPS_DEMO="ruby ruby-pg gnuplot-nox procps"
 FS_DEPS_BENCH="redis-server redis-tools ruby ruby-pg procps nodejs npm"
 
