@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * register_int.h
- *	  What the three files of registration share (register.c,
- *	  register_parse.c, register_cache.c).
+ *	  What the files of registration share (register.c, register_parse.c,
+ *	  register_cache.c, register_triggers.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -53,5 +53,8 @@ extern int fs_spi(const char *sql, int nargs, Oid *argtypes, Datum *values, cons
 extern const char *fs_ext_schema(void);
 extern HeapTuple fs_registration_row(const char *queue_name, TupleDesc *desc);
 extern Oid fs_row_oid(HeapTuple tuple, TupleDesc desc, const char *column);
+
+/* register_triggers.c */
+extern void fs_sync_triggers(Oid relid);
 
 #endif							/* FAIRSHARE_REGISTER_INT_H */

@@ -119,6 +119,94 @@ fs_wal_put_section(StringInfo rec, FsSectionTag tag, const StringInfoData *items
 }
 
 /*
+ * The tenants gone that go in this record (the cycle's last records): as
+ * many as keep it within FS_WAL_RECORD_MAX, one at least, from gone_next;
+ * their queues are named with the others.  Returns the end of the slice.
+ */
+static int
+fs_wal_gone_slice(FsWalBuild *b)
+{
+	Size		used = fs_wal_build_size(b);
+	int			fit;
+	int			end;
+	int			i;
+
+	if (!b->last_of_cycle || b->gone_next >= b->ngone_keys)
+		return b->gone_next;
+	fit = used < FS_WAL_RECORD_MAX ? (int) ((FS_WAL_RECORD_MAX - used) / FS_TENANT_GONE_ITEM_MAX) : 0;
+	end = Min(b->ngone_keys, b->gone_next + Max(fit, 1));
+	for (i = b->gone_next; i < end; i++)
+		fs_wal_name_queue(b, gone_keys[i].queue_id);
+	return end;
+}
+
+/*
+ * The sections of a BATCH or FULL_CHUNK, in their order: the queues named,
+ * the leases gone, the tenants gone (up to `gone_end`), the tenants, the
+ * leases, the claim-map entries, the fair queues, the heartbeat table.
+ */
+static void
+fs_wal_put_sections(FsWalBuild *b, StringInfo rec, int gone_end)
+{
+	uint64		nqueues = 0;
+	Size		at;
+	int			q;
+	int			i;
+
+	at = fs_state_section_begin(rec, FS_SECTION_QUEUES, 0);
+	for (q = 0; q < fs_max_queues; q++)
+	{
+		FsQueue    *queue;
+
+		if (!b->queue_named[q] || (queue = fs_queue_by_id((uint32) q)) == NULL)
+			continue;
+		fs_state_write_queue_at(rec, (uint32) q, &queue->key);
+		nqueues++;
+		b->queue_named[q] = false;
+	}
+	fs_state_section_end(rec, at, nqueues);
+	/*
+	 * Leases gone before leases taken: a lease taken in place of one given
+	 * back never shows next to it on a standby (ids are never reused, so
+	 * the order changes nothing else).
+	 */
+	fs_wal_put_section(rec, FS_SECTION_LEASES_GONE, &b->gone, b->ngone);
+	/*
+	 * Tenants gone after the leases gone that let them be evicted, and
+	 * before the tenants entered, for which they make room: a tenant listed
+	 * here was missing after this cycle's changed tenants were copied, so an
+	 * item of its own in this record is older than its eviction, and the
+	 * standby skips it (wal_redo.c).
+	 */
+	if (gone_end > b->gone_next)
+	{
+		at = fs_state_section_begin(rec, FS_SECTION_TENANTS_GONE, 0);
+		for (i = b->gone_next; i < gone_end; i++)
+		{
+			Size		item = fs_state_item_begin(rec);
+
+			fs_state_put_value(rec, FS_GONE_TENANT_QUEUE, gone_keys[i].queue_id);
+			fs_state_put_name(rec, FS_GONE_TENANT_NAME, gone_keys[i].tenant);
+			fs_state_item_end(rec, item);
+		}
+		fs_state_section_end(rec, at, (uint64) (gone_end - b->gone_next));
+		b->gone_next = gone_end;
+	}
+	fs_wal_put_section(rec, FS_SECTION_TENANTS, &b->tenants, b->ntenants);
+	fs_wal_put_section(rec, FS_SECTION_LEASES, &b->leases, b->nleases);
+	fs_wal_put_section(rec, FS_SECTION_FAIRQ_CLAIMS, &b->claims, b->nclaims);
+	fs_wal_put_section(rec, FS_SECTION_FAIRQ_QUEUES, &b->fairq, b->nfairq);
+	if (b->has_heartbeats)
+	{
+		/* Even empty: the table replaces a standby's. */
+		at = fs_state_section_begin(rec, FS_SECTION_HEARTBEATS, 0);
+		appendBinaryStringInfo(rec, b->heartbeats.data, b->heartbeats.len);
+		fs_state_section_end(rec, at, b->nheartbeats);
+	}
+	(void) fs_state_section_begin(rec, FS_SECTION_END, 0);
+}
+
+/*
  * Insert a record of kind `info` with the build's items (none: a header
  * only), and empty the build.  No fairshare lock is held.
  */
@@ -127,8 +215,6 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 {
 	StringInfoData rec;
 	FsWalHeader header;
-	Size		at;
-	int			q;
 	bool		important;
 
 	initStringInfo(&rec);
@@ -142,79 +228,7 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 	important = b->ntenants + b->nleases + b->ngone + b->nfairq + b->nclaims > 0 ||
 		(b->last_of_cycle && b->gone_next < b->ngone_keys);
 	if (info == XLOG_FS_BATCH || info == XLOG_FS_FULL_CHUNK)
-	{
-		uint64		nqueues = 0;
-
-		int			gone_end = b->gone_next;
-		int			i;
-
-		/*
-		 * The tenants gone, in the cycle's last records: as many as keep
-		 * the record within FS_WAL_RECORD_MAX (one at least), their queues
-		 * named with the others.
-		 */
-		if (b->last_of_cycle && b->gone_next < b->ngone_keys)
-		{
-			Size		used = fs_wal_build_size(b);
-			int			fit = used < FS_WAL_RECORD_MAX ?
-				(int) ((FS_WAL_RECORD_MAX - used) / FS_TENANT_GONE_ITEM_MAX) : 0;
-
-			gone_end = Min(b->ngone_keys, b->gone_next + Max(fit, 1));
-			for (i = b->gone_next; i < gone_end; i++)
-				fs_wal_name_queue(b, gone_keys[i].queue_id);
-		}
-		at = fs_state_section_begin(&rec, FS_SECTION_QUEUES, 0);
-		for (q = 0; q < fs_max_queues; q++)
-		{
-			FsQueue    *queue;
-
-			if (!b->queue_named[q] || (queue = fs_queue_by_id((uint32) q)) == NULL)
-				continue;
-			fs_state_write_queue_at(&rec, (uint32) q, &queue->key);
-			nqueues++;
-			b->queue_named[q] = false;
-		}
-		fs_state_section_end(&rec, at, nqueues);
-		/*
-		 * Leases gone before leases taken: a lease taken in place of one
-		 * given back never shows next to it on a standby (ids are never
-		 * reused, so the order changes nothing else).
-		 */
-		fs_wal_put_section(&rec, FS_SECTION_LEASES_GONE, &b->gone, b->ngone);
-		/*
-		 * Tenants gone after the leases gone that let them be evicted, and
-		 * before the tenants entered, for which they make room: a tenant
-		 * listed here was missing after this cycle's changed tenants were
-		 * copied, so an item of its own in this record is older than its
-		 * eviction, and the standby skips it (wal_redo.c).
-		 */
-		if (gone_end > b->gone_next)
-		{
-			at = fs_state_section_begin(&rec, FS_SECTION_TENANTS_GONE, 0);
-			for (i = b->gone_next; i < gone_end; i++)
-			{
-				Size		item = fs_state_item_begin(&rec);
-
-				fs_state_put_value(&rec, FS_GONE_TENANT_QUEUE, gone_keys[i].queue_id);
-				fs_state_put_name(&rec, FS_GONE_TENANT_NAME, gone_keys[i].tenant);
-				fs_state_item_end(&rec, item);
-			}
-			fs_state_section_end(&rec, at, (uint64) (gone_end - b->gone_next));
-			b->gone_next = gone_end;
-		}
-		fs_wal_put_section(&rec, FS_SECTION_TENANTS, &b->tenants, b->ntenants);
-		fs_wal_put_section(&rec, FS_SECTION_LEASES, &b->leases, b->nleases);
-		fs_wal_put_section(&rec, FS_SECTION_FAIRQ_CLAIMS, &b->claims, b->nclaims);
-		fs_wal_put_section(&rec, FS_SECTION_FAIRQ_QUEUES, &b->fairq, b->nfairq);
-		if (b->has_heartbeats)
-		{
-			/* Even empty: the table replaces a standby's. */
-			at = fs_state_section_begin(&rec, FS_SECTION_HEARTBEATS, 0);
-			appendBinaryStringInfo(&rec, b->heartbeats.data, b->heartbeats.len);
-			fs_state_section_end(&rec, at, b->nheartbeats);
-		}
-		(void) fs_state_section_begin(&rec, FS_SECTION_END, 0);
-	}
+		fs_wal_put_sections(b, &rec, fs_wal_gone_slice(b));
 
 	XLogBeginInsert();
 	XLogRegisterData(rec.data, rec.len);
