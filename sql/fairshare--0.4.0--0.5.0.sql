@@ -259,3 +259,48 @@ COMMENT ON FUNCTION fs_wal_sync() IS
 'waits until the WAL writer has logged every fairshare decision made before the call and returns the end of its last record: a standby that replayed up to it knows them (for tests and planned switchovers)';
 REVOKE ALL ON FUNCTION fs_wal_sync() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fs_wal_sync() TO fairshare_admin;
+
+-- 0.5.0: a claim may select rows (fs_register_queue's selector, fs_claim's
+-- selector_in and selector_not_in).
+ALTER TABLE fs_fair_queues ADD COLUMN selector text;
+COMMENT ON COLUMN fs_fair_queues.selector IS 'expression over a ready row giving the text a claim may select rows by (fs_claim()''s selector_in and selector_not_in), such as queue_name; NULL: claims take no selection';
+
+DROP FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text);
+CREATE FUNCTION fs_register_queue(
+    queue          text,
+    ready_table    regclass,
+    tenant         text,
+    order_by       text,
+    filter         text DEFAULT NULL,
+    key            text DEFAULT NULL,
+    running_table  regclass DEFAULT NULL,
+    running_filter text DEFAULT NULL,
+    running_key    text DEFAULT NULL,
+    cost           text DEFAULT NULL,
+    charge_runtime boolean DEFAULT false,
+    create_index   boolean DEFAULT true,
+    enqueued_at    text DEFAULT NULL,
+    selector       text DEFAULT NULL)
+RETURNS fs_fair_queues
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_register_queue';
+COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) IS
+'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
+REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) TO fairshare_admin;
+
+DROP FUNCTION fs_claim(text, anyelement, integer, interval);
+CREATE FUNCTION fs_claim(
+    queue    text,
+    row_type anyelement,
+    max_rows integer DEFAULT 1,
+    lease    interval DEFAULT '5 minutes',
+    selector_in     text[] DEFAULT NULL,
+    selector_not_in text[] DEFAULT NULL)
+RETURNS TABLE (lease_id bigint, tenant text, job anyelement)
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 10
+AS 'MODULE_PATHNAME', 'fs_claim';
+COMMENT ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) IS
+'claims up to max_rows ready rows of a registered queue in fair order, locked FOR UPDATE SKIP LOCKED in this transaction, each with a lease; pass NULL::<ready table> as row_type; selector_in and selector_not_in (names, * for any characters) select rows by the queue''s selector';
+REVOKE ALL ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) TO fairshare_app;

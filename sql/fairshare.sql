@@ -748,7 +748,8 @@ CREATE TABLE fs_fair_queues (
     ready_index    regclass,
     index_created  boolean NOT NULL DEFAULT false,
     registered_by  regrole NOT NULL,
-    registered_at  timestamptz NOT NULL DEFAULT now()
+    registered_at  timestamptz NOT NULL DEFAULT now(),
+    selector       text
 );
 
 COMMENT ON TABLE fs_fair_queues IS
@@ -771,6 +772,7 @@ COMMENT ON COLUMN fs_fair_queues.enqueued_at IS 'expression over a ready row giv
 COMMENT ON COLUMN fs_fair_queues.index_created IS 'fs_register_queue() created ready_index, and fs_unregister_queue() drops it';
 COMMENT ON COLUMN fs_fair_queues.registered_by IS 'role that registered the queue: once its ready table is dropped, only this role (or a role with its privileges) may register the name again or unregister it';
 COMMENT ON COLUMN fs_fair_queues.registered_at IS 'when the queue was last registered';
+COMMENT ON COLUMN fs_fair_queues.selector IS 'expression over a ready row giving the text a claim may select rows by (fs_claim()''s selector_in and selector_not_in), such as queue_name; NULL: claims take no selection';
 
 GRANT SELECT ON fs_fair_queues TO PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('fs_fair_queues', '');
@@ -829,14 +831,15 @@ CREATE FUNCTION fs_register_queue(
     cost           text DEFAULT NULL,
     charge_runtime boolean DEFAULT false,
     create_index   boolean DEFAULT true,
-    enqueued_at    text DEFAULT NULL)
+    enqueued_at    text DEFAULT NULL,
+    selector       text DEFAULT NULL)
 RETURNS fs_fair_queues
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_register_queue';
-COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) IS
+COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) IS
 'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
-REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) TO fairshare_admin;
+REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) TO fairshare_admin;
 
 CREATE FUNCTION fs_unregister_queue(queue text)
 RETURNS boolean
@@ -855,14 +858,16 @@ CREATE FUNCTION fs_claim(
     queue    text,
     row_type anyelement,
     max_rows integer DEFAULT 1,
-    lease    interval DEFAULT '5 minutes')
+    lease    interval DEFAULT '5 minutes',
+    selector_in     text[] DEFAULT NULL,
+    selector_not_in text[] DEFAULT NULL)
 RETURNS TABLE (lease_id bigint, tenant text, job anyelement)
 LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 10
 AS 'MODULE_PATHNAME', 'fs_claim';
-COMMENT ON FUNCTION fs_claim(text, anyelement, integer, interval) IS
-'claims up to max_rows ready rows of a registered queue in fair order, locked FOR UPDATE SKIP LOCKED in this transaction, each with a lease; pass NULL::<ready table> as row_type';
-REVOKE ALL ON FUNCTION fs_claim(text, anyelement, integer, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fs_claim(text, anyelement, integer, interval) TO fairshare_app;
+COMMENT ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) IS
+'claims up to max_rows ready rows of a registered queue in fair order, locked FOR UPDATE SKIP LOCKED in this transaction, each with a lease; pass NULL::<ready table> as row_type; selector_in and selector_not_in (names, * for any characters) select rows by the queue''s selector';
+REVOKE ALL ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) TO fairshare_app;
 
 CREATE FUNCTION fs_ready_tenants(
     queue       text,

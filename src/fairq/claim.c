@@ -46,6 +46,21 @@ PG_FUNCTION_INFO_V1(fs_ready_tenants);
 /* A claim takes at most this many rounds down the fair order. */
 #define FS_CLAIM_MAX_ROUNDS	16
 
+/*
+ * A claim's selection (fs_claim()'s selector_in and selector_not_in), for a
+ * queue registered with a selector, and the tenants it found short of rows
+ * in the selection (passed over for the rest of the claim, not marked dry).
+ */
+typedef struct FsSelection
+{
+	bool		active;
+	Datum		in;				/* text[] of LIKE patterns; 0: any */
+	Datum		not_in;			/* text[] of LIKE patterns; 0: none */
+	FsTenant  **passed_over;
+	int			npassed_over;
+	int			capacity;
+} FsSelection;
+
 /* ----------------------------------------------------------------
  * fs_claim()
  * ----------------------------------------------------------------
@@ -185,7 +200,7 @@ fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum 
  */
 static bool
 fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
-					TimestampTz now)
+					TimestampTz now, const FsSelection *sel)
 {
 	FsFairQueue *fq = desc->fq;
 	int			i;
@@ -203,6 +218,9 @@ fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
 	plan->budget_cost = fs_fair_budget_cost(desc);
 	plan->skip_dry = true;
 	plan->skipped_dry = false;
+	plan->selective = sel->active;
+	plan->passed_over = sel->passed_over;
+	plan->npassed_over = sel->npassed_over;
 	fs_plan_make(fq, plan, est_cost, now);
 	if (plan->ntenants == 0 && plan->skipped_dry)
 	{
@@ -235,10 +253,10 @@ fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
  */
 static int32
 fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, TimestampTz now,
-					 FsClaimOutput *out, float8 *costs)
+					 FsClaimOutput *out, float8 *costs, const FsSelection *sel)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	ArrayType  *held;
 	Datum	   *names;
 	Datum	   *counts;
@@ -272,6 +290,10 @@ fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, Timestam
 	held = fs_track_held_keys(desc);
 	values[2] = PointerGetDatum(held);
 	nulls[2] = held == NULL ? 'n' : ' ';
+	values[3] = sel->in;
+	nulls[3] = sel->in == (Datum) 0 ? 'n' : ' ';
+	values[4] = sel->not_in;
+	nulls[4] = sel->not_in == (Datum) 0 ? 'n' : ' ';
 	fs_claim_execute(desc, &desc->claim_q, desc->claim_plan, values, nulls, "claim query");
 
 	tupdesc = SPI_tuptable->tupdesc;
@@ -318,10 +340,11 @@ fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, Timestam
  * their lease and their tokens now, since a tenant pays for the rows it
  * gets, not for the rows it was admitted to; its tag and served work are
  * corrected to what it got.  True when a tenant came back short (another
- * round may find more).
+ * round may find more).  With a selection, a tenant that came back short
+ * is passed over for the rest of the claim.
  */
 static bool
-fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now)
+fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelection *sel)
 {
 	bool		short_of_plan = false;
 	int			i;
@@ -334,7 +357,20 @@ fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now)
 		int			k;
 
 		if (pt->got < pt->planned)
+		{
 			short_of_plan = true;
+			if (sel->active)
+			{
+				if (sel->npassed_over == sel->capacity)
+				{
+					sel->capacity = Max(16, 2 * sel->capacity);
+					sel->passed_over = sel->passed_over == NULL ?
+						palloc(sizeof(FsTenant *) * sel->capacity) :
+						repalloc(sel->passed_over, sizeof(FsTenant *) * sel->capacity);
+				}
+				sel->passed_over[sel->npassed_over++] = pt->entry;
+			}
+		}
 		for (k = pt->got; k < pt->admitted; k++)
 		{
 			int64		held;
@@ -357,7 +393,7 @@ fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now)
  */
 static int32
 fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
-			   FsClaimOutput *out, bool *retry)
+			   FsClaimOutput *out, bool *retry, FsSelection *sel)
 {
 	FsFairQueue *fq = desc->fq;
 	FsPlan		plan;
@@ -371,11 +407,11 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	est_cost = fs_fair_clamp_cost(est_cost, false);
 
 	*retry = false;
-	if (!fs_claim_round_plan(desc, &plan, want, est_cost, now))
+	if (!fs_claim_round_plan(desc, &plan, want, est_cost, now, sel))
 		return 0;
 	costs = palloc(sizeof(float8) * Max(want, 1));
-	claimed = fs_claim_round_query(desc, &plan, lease_usecs, now, out, costs);
-	*retry = fs_claim_round_settle(desc, &plan, now);
+	claimed = fs_claim_round_query(desc, &plan, lease_usecs, now, out, costs, sel);
+	*retry = fs_claim_round_settle(desc, &plan, now, sel);
 
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 	if (claimed == 0 && fq->vtime == plan.vtime_after)
@@ -399,10 +435,10 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
  */
 static int32
 fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
-			  FsClaimOutput *out)
+			  FsClaimOutput *out, const FsSelection *sel)
 {
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 	ArrayType  *held = fs_track_held_keys(desc);
 	TupleDesc	tupdesc;
 	int32		claimed = 0;
@@ -411,6 +447,10 @@ fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	values[0] = Int64GetDatum(want);
 	values[1] = PointerGetDatum(held);
 	nulls[1] = held == NULL ? 'n' : ' ';
+	values[2] = sel->in;
+	nulls[2] = sel->in == (Datum) 0 ? 'n' : ' ';
+	values[3] = sel->not_in;
+	nulls[3] = sel->not_in == (Datum) 0 ? 'n' : ' ';
 	fs_claim_execute(desc, &desc->fifo_q, desc->fifo_plan, values, nulls,
 					 "fail-open claim query");
 	tupdesc = SPI_tuptable->tupdesc;
@@ -446,6 +486,86 @@ fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 		claimed++;
 	}
 	return claimed;
+}
+
+/*
+ * One of fs_claim()'s selector patterns as a LIKE pattern: '*' matches any
+ * run of characters, every other character itself (LIKE's own wildcards
+ * and its escape are escaped).
+ */
+static Datum
+fs_like_pattern(text *pattern)
+{
+	const char *p = VARDATA_ANY(pattern);
+	int			len = VARSIZE_ANY_EXHDR(pattern);
+	StringInfoData buf;
+	int			i;
+
+	initStringInfo(&buf);
+	for (i = 0; i < len; i++)
+	{
+		if (p[i] == '*')
+			appendStringInfoChar(&buf, '%');
+		else
+		{
+			if (p[i] == '%' || p[i] == '_' || p[i] == '\\')
+				appendStringInfoChar(&buf, '\\');
+			appendStringInfoChar(&buf, p[i]);
+		}
+	}
+	return PointerGetDatum(cstring_to_text_with_len(buf.data, buf.len));
+}
+
+/*
+ * A text[] argument of selector patterns, as LIKE patterns; (Datum) 0 when
+ * it is NULL.  Its elements must not be NULL.
+ */
+static Datum
+fs_selection_patterns(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	ArrayType  *array;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return (Datum) 0;
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", name),
+				 errhint("Pass a list of names or patterns, such as '{mailers,tenant_a*}'.")));
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not contain nulls", name),
+					 errhint("Pass names, or patterns with * for any characters.")));
+		elems[i] = fs_like_pattern(DatumGetTextPP(elems[i]));
+	}
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * fs_claim()'s selection (selector_in, selector_not_in): only for a queue
+ * registered with a selector.
+ */
+static void
+fs_selection_args(FunctionCallInfo fcinfo, FsFairDesc *desc, FsSelection *sel)
+{
+	memset(sel, 0, sizeof(*sel));
+	sel->in = fs_selection_patterns(fcinfo, 4, "selector_in");
+	sel->not_in = fs_selection_patterns(fcinfo, 5, "selector_not_in");
+	sel->active = sel->in != (Datum) 0 || sel->not_in != (Datum) 0;
+	if (sel->active && desc->selector == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("queue \"%s\" has no selector to select rows by", desc->queue_name),
+				 errhint("Register the queue with selector => the column a claim selects by, such as 'queue_name'.")));
 }
 
 /*
@@ -629,6 +749,7 @@ fs_claim(PG_FUNCTION_ARGS)
 	int64		lease_usecs;
 	ReturnSetInfo *rsinfo;
 	FsClaimOutput out;
+	FsSelection sel;
 	int32		claimed = 0;
 	int			rounds = 0;
 	TimestampTz now;
@@ -645,6 +766,7 @@ fs_claim(PG_FUNCTION_ARGS)
 				 errhint("Pass NULL::%s as row_type.", desc->ready_name)));
 	max_rows = fs_max_rows_arg(fcinfo, 2);
 	lease_usecs = fs_lease_interval_arg(fcinfo, 3, "lease");
+	fs_selection_args(fcinfo, desc, &sel);
 	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
 		pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)
 		ereport(ERROR,
@@ -673,7 +795,7 @@ fs_claim(PG_FUNCTION_ARGS)
 		{
 			bool		retry;
 			int32		got = fs_claim_round(desc, max_rows - claimed, lease_usecs, now,
-											 &out, &retry);
+											 &out, &retry, &sel);
 
 			claimed += got;
 			if (got == 0 && !retry)
@@ -686,7 +808,7 @@ fs_claim(PG_FUNCTION_ARGS)
 	}
 	if (claimed < max_rows && (desc->fq == NULL || desc->fq->untracked_rows > 0))
 	{
-		int32		got = fs_claim_fifo(desc, max_rows - claimed, lease_usecs, now, &out);
+		int32		got = fs_claim_fifo(desc, max_rows - claimed, lease_usecs, now, &out, &sel);
 
 		if (got > 0)
 		{

@@ -234,6 +234,7 @@ typedef struct FsFairDesc
 	char	   *key;
 	char	   *cost;			/* NULL: 1 per row */
 	char	   *enqueued_at;	/* timestamptz; NULL: latency not measured */
+	char	   *selector;		/* text a claim may select rows by; NULL: none */
 	bool		charge_runtime;
 	Oid			key_type;
 	int16		key_len;
@@ -590,6 +591,14 @@ typedef struct FsPlan
 	float8		budget_cost;	/* tokens (ms) a claimed row takes */
 	bool		skip_dry;		/* pass over tenants that came up short lately */
 	bool		skipped_dry;	/* ... and some were passed over */
+	/*
+	 * A claim with a selection (fs_claim()'s selector_in, selector_not_in):
+	 * a tenant short of rows in it is not marked dry for other claims, but
+	 * passed over for the rest of this claim (the claim's list, read only).
+	 */
+	bool		selective;
+	FsTenant  **passed_over;
+	int			npassed_over;
 } FsPlan;
 
 /* What planning needs to know about a tenant, read under its spinlock. */

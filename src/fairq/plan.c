@@ -71,6 +71,9 @@ fs_plan_init(FsPlan *plan, int32 want, int aside_capacity, int32 floor_capacity)
 	plan->npicks = 0;
 	plan->pick_tenant = palloc(sizeof(int) * want);
 	plan->pick_start = palloc(sizeof(float8) * want);
+	plan->selective = false;
+	plan->passed_over = NULL;
+	plan->npassed_over = 0;
 }
 
 /* After planning: each tenant's start tags, in the order of its rows. */
@@ -207,10 +210,18 @@ fs_item_dry(const FsHeapItem *item, const FsTenantView *v, TimestampTz now)
 	return v->dry && item->dry_until > now;
 }
 
-/* Should the plan pass this tenant over as dry?  Notes that it did. */
+/*
+ * Should the plan pass this tenant over: as dry (it notes that it did), or
+ * as short of rows in this claim's selection earlier in the claim?
+ */
 static bool
 fs_plan_skips_dry(FsPlan *plan, const FsHeapItem *item, const FsTenantView *v, TimestampTz now)
 {
+	int			i;
+
+	for (i = 0; i < plan->npassed_over; i++)
+		if (plan->passed_over[i] == item->tenant)
+			return true;
 	if (!plan->skip_dry || !fs_item_dry(item, v, now))
 		return false;
 	plan->skipped_dry = true;
@@ -378,7 +389,8 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 /*
  * Settle one planned tenant after the query: give back reservations and tag
  * advances of rows it did not get, correct the tag for real costs, and mark
- * it dry if the table had fewer claimable rows than it had leases for.
+ * it dry if the table had fewer claimable rows than it had leases for (not
+ * for a claim with a selection: its rows may be outside the selection).
  */
 void
 fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now,
@@ -400,7 +412,7 @@ fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now,
 	c.resync_gen = plan->resync_gen;
 	c.tag = *tag_fix;
 	c.served = *served_fix;
-	c.dry = pt->got < pt->admitted;
+	c.dry = pt->got < pt->admitted && !plan->selective;
 	if (c.rows == 0 && c.tag == 0 && c.served == 0 && !c.dry)
 		return;
 	fs_fair_change(queue, pt->name, false, &c);

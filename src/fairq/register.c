@@ -293,6 +293,7 @@ typedef struct FsRegistration
 	char	   *running_key_text;
 	char	   *cost_text;
 	char	   *enqueued_at_text;
+	char	   *selector_text;
 	bool		charge_runtime;
 	bool		create_index;
 	/* compiled on the tables; the filter split in two */
@@ -305,6 +306,7 @@ typedef struct FsRegistration
 	Node	   *running_filter;
 	Node	   *cost;
 	Node	   *enqueued_at;
+	Node	   *selector;
 	/* their canonical texts, as stored */
 	char	   *c_ready_filter;
 	char	   *c_claim_filter;
@@ -313,6 +315,7 @@ typedef struct FsRegistration
 	char	   *c_key;
 	char	   *c_cost;
 	char	   *c_enqueued_at;
+	char	   *c_selector;
 	char	   *c_running_filter;
 	char	   *c_running_key;
 	/* the index the claim query walks */
@@ -346,6 +349,7 @@ fs_registration_args(FunctionCallInfo fcinfo, FsRegistration *reg)
 	reg->charge_runtime = fs_bool_arg(fcinfo, 10, "charge_runtime");
 	reg->create_index = fs_bool_arg(fcinfo, 11, "create_index");
 	reg->enqueued_at_text = fs_text_arg(fcinfo, 12, "enqueued_at", false);
+	reg->selector_text = PG_NARGS() > 13 ? fs_text_arg(fcinfo, 13, "selector", false) : NULL;
 
 	if (!OidIsValid(reg->running_relid) && (reg->running_filter_text || reg->running_key_text))
 		ereport(ERROR,
@@ -395,6 +399,8 @@ fs_registration_compile(FsRegistration *reg, Relation ready, Relation running)
 		reg->cost = fs_compile(reg->cost_text, ready, FS_EXPR_COST, queue);
 	if (reg->enqueued_at_text != NULL)
 		reg->enqueued_at = fs_compile(reg->enqueued_at_text, ready, FS_EXPR_ENQUEUED_AT, queue);
+	if (reg->selector_text != NULL)
+		reg->selector = fs_compile(reg->selector_text, ready, FS_EXPR_SELECTOR, queue);
 	if (running != NULL)
 	{
 		reg->running_key = fs_compile(reg->running_key_text ? reg->running_key_text : reg->key_text,
@@ -423,6 +429,8 @@ fs_registration_compile(FsRegistration *reg, Relation ready, Relation running)
 		reg->c_cost = fs_deparse(reg->cost, ready);
 	if (reg->enqueued_at != NULL)
 		reg->c_enqueued_at = fs_deparse(reg->enqueued_at, ready);
+	if (reg->selector != NULL)
+		reg->c_selector = fs_deparse(reg->selector, ready);
 	if (reg->running_filter != NULL)
 		reg->c_running_filter = fs_deparse(reg->running_filter, running);
 	if (reg->running_key != NULL)
@@ -506,9 +514,9 @@ static void
 fs_registration_store(const FsRegistration *reg)
 {
 	StringInfoData sql;
-	Oid			argtypes[17];
-	Datum		values[17];
-	char		nulls[17];
+	Oid			argtypes[18];
+	Datum		values[18];
+	char		nulls[18];
 	int			nargs = 0;
 
 	initStringInfo(&sql);
@@ -516,8 +524,8 @@ fs_registration_store(const FsRegistration *reg)
 					 "INSERT INTO %s.fs_fair_queues AS q (queue, ready_table, tenant, order_by,"
 					 " ready_filter, claim_filter, key, key_type, running_table, running_filter,"
 					 " running_key, cost, charge_runtime, ready_index, index_created, registered_by,"
-					 " enqueued_at)"
-					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+					 " enqueued_at, selector)"
+					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
 					 " ON CONFLICT (queue) DO UPDATE SET ready_table = EXCLUDED.ready_table,"
 					 " tenant = EXCLUDED.tenant, order_by = EXCLUDED.order_by,"
 					 " ready_filter = EXCLUDED.ready_filter, claim_filter = EXCLUDED.claim_filter,"
@@ -527,7 +535,7 @@ fs_registration_store(const FsRegistration *reg)
 					 " cost = EXCLUDED.cost, charge_runtime = EXCLUDED.charge_runtime,"
 					 " ready_index = EXCLUDED.ready_index, index_created = EXCLUDED.index_created,"
 					 " registered_by = EXCLUDED.registered_by, registered_at = pg_catalog.now(),"
-					 " enqueued_at = EXCLUDED.enqueued_at",
+					 " enqueued_at = EXCLUDED.enqueued_at, selector = EXCLUDED.selector",
 					 fs_ext_schema());
 #define FS_ARG(type, value, isnull) \
 	(argtypes[nargs] = (type), values[nargs] = (value), nulls[nargs++] = (isnull) ? 'n' : ' ')
@@ -548,6 +556,7 @@ fs_registration_store(const FsRegistration *reg)
 	FS_ARG(BOOLOID, BoolGetDatum(reg->index_created), false);
 	FS_ARG(REGROLEOID, ObjectIdGetDatum(GetUserId()), false);
 	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_enqueued_at), !reg->c_enqueued_at);
+	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_selector), !reg->c_selector);
 #undef FS_ARG
 	Assert(nargs == lengthof(values));
 	fs_spi_as_extension_owner(sql.data, nargs, argtypes, values, nulls);
@@ -556,7 +565,8 @@ fs_registration_store(const FsRegistration *reg)
 /*
  * fs_register_queue(queue, ready_table, tenant, order_by, filter, key,
  *					 running_table, running_filter, running_key, cost,
- *					 charge_runtime, create_index, enqueued_at) RETURNS fs_fair_queues
+ *					 charge_runtime, create_index, enqueued_at, selector)
+ *	RETURNS fs_fair_queues
  */
 Datum
 fs_register_queue(PG_FUNCTION_ARGS)

@@ -266,9 +266,29 @@ fs_q_paren(FsQueryText *q, StringInfo buf, const char *piece, const char *text)
 }
 
 /*
+ * A claim's selection (fs_claim()'s selector_in and selector_not_in), for a
+ * queue registered with a selector: the rows whose selector matches one of
+ * the LIKE patterns in $<in> (NULL: any) and none of those in $<not_in>.
+ * The patterns are parameters, never part of the text.
+ */
+static void
+fs_q_selection(FsFairDesc *desc, FsQueryText *q, StringInfo buf, int in, int not_in)
+{
+	if (desc->selector == NULL)
+		return;
+	appendStringInfo(buf, "      AND ($%d IS NULL OR coalesce(", in);
+	fs_q_paren(q, buf, "selector", desc->selector);
+	appendStringInfo(buf, ", '') OPERATOR(pg_catalog.~~) ANY ($%d))", in);
+	appendStringInfo(buf, "      AND ($%d IS NULL OR NOT coalesce(", not_in);
+	fs_q_paren(q, buf, "selector", desc->selector);
+	appendStringInfo(buf, ", '') OPERATOR(pg_catalog.~~) ANY ($%d))", not_in);
+}
+
+/*
  * The claim queries.  $3 (fifo: $2) is an array of keys this transaction
  * claimed before and still holds: its own row locks do not make SKIP LOCKED
- * skip them, so they are left out by key (NULL when there are none).
+ * skip them, so they are left out by key (NULL when there are none).  $4
+ * and $5 (fifo: $3 and $4) are the claim's selection (fs_q_selection()).
  *
  * A tenant's rows are matched with tenant >= $t AND tenant <= $t (the same
  * rows as tenant = $t, under any btree collation) and ordered by the tenant
@@ -284,8 +304,8 @@ static void
 fs_desc_prepare(FsFairDesc *desc)
 {
 	Oid			keys_type = get_array_type(desc->key_type);
-	Oid			claim_types[3] = {TEXTARRAYOID, INT4ARRAYOID, keys_type};
-	Oid			fifo_types[2] = {INT8OID, keys_type};
+	Oid			claim_types[5] = {TEXTARRAYOID, INT4ARRAYOID, keys_type, TEXTARRAYOID, TEXTARRAYOID};
+	Oid			fifo_types[4] = {INT8OID, keys_type, TEXTARRAYOID, TEXTARRAYOID};
 	StringInfoData buf;
 	FsQueryText *q;
 
@@ -310,13 +330,15 @@ fs_desc_prepare(FsFairDesc *desc)
 	fs_q_where_tail(desc, q, &buf, true);
 	fs_q_sql(&buf, "      AND ($3 IS NULL OR ");
 	fs_q_paren(q, &buf, "key", desc->key);
-	fs_q_sql(&buf, " <> ALL ($3))    ORDER BY ");
+	fs_q_sql(&buf, " <> ALL ($3))");
+	fs_q_selection(desc, q, &buf, 4, 5);
+	fs_q_sql(&buf, "    ORDER BY ");
 	fs_q_paren(q, &buf, "tenant", desc->tenant);
 	fs_q_sql(&buf, ", ");
 	fs_q_piece(q, &buf, "order_by", desc->order_by);
 	fs_q_sql(&buf, "    LIMIT p.fs_n      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s");
 	fs_q_end(q, &buf);
-	desc->claim_plan = fs_prepare(desc, q, 3, claim_types, "claim query");
+	desc->claim_plan = fs_prepare(desc, q, 5, claim_types, "claim query");
 
 	q = &desc->fifo_q;
 	fs_q_begin(desc, q, &buf);
@@ -331,12 +353,13 @@ fs_desc_prepare(FsFairDesc *desc)
 	fs_q_sql(&buf, " WHERE ($2 IS NULL OR ");
 	fs_q_paren(q, &buf, "key", desc->key);
 	fs_q_sql(&buf, " <> ALL ($2))");
+	fs_q_selection(desc, q, &buf, 3, 4);
 	fs_q_where_tail(desc, q, &buf, true);
 	fs_q_sql(&buf, " ORDER BY ");
 	fs_q_piece(q, &buf, "order_by", desc->order_by);
 	fs_q_sql(&buf, " LIMIT $1 FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED");
 	fs_q_end(q, &buf);
-	desc->fifo_plan = fs_prepare(desc, q, 2, fifo_types, "fail-open claim query");
+	desc->fifo_plan = fs_prepare(desc, q, 4, fifo_types, "fail-open claim query");
 
 	q = &desc->count_q;
 	fs_q_begin(desc, q, &buf);
@@ -593,6 +616,7 @@ fs_desc_texts(FsFairDesc *desc, HeapTuple row, TupleDesc rowdesc)
 	desc->cost = fs_row_text(row, rowdesc, "cost", rel, FS_EXPR_COST, queue, cxt, NULL);
 	desc->enqueued_at = fs_row_text(row, rowdesc, "enqueued_at", rel, FS_EXPR_ENQUEUED_AT,
 									queue, cxt, NULL);
+	desc->selector = fs_row_text(row, rowdesc, "selector", rel, FS_EXPR_SELECTOR, queue, cxt, NULL);
 	fs_search_path_end(nest);
 	relation_close(rel, NoLock);
 

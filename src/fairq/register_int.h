@@ -23,7 +23,8 @@ typedef enum FsExprRole
 	FS_EXPR_COST,
 	FS_EXPR_RUNNING_FILTER,
 	FS_EXPR_RUNNING_KEY,
-	FS_EXPR_ENQUEUED_AT
+	FS_EXPR_ENQUEUED_AT,
+	FS_EXPR_SELECTOR
 } FsExprRole;
 
 extern const char *const fs_role_names[];

@@ -68,7 +68,8 @@
 
 /* The argument of fs_register_queue() each FsExprRole comes from. */
 const char *const fs_role_names[] = {
-	"tenant", "order_by", "filter", "key", "cost", "running_filter", "running_key", "enqueued_at"
+	"tenant", "order_by", "filter", "key", "cost", "running_filter", "running_key", "enqueued_at",
+	"selector"
 };
 
 typedef struct FsParseContext
@@ -275,6 +276,28 @@ fs_coerce_key(Node *expr, const FsParseContext *ctx)
 }
 
 /*
+ * selector: text (a queue name, a job class), as a claim selects on it
+ * (fs_claim()'s selector_in and selector_not_in); strings are converted.
+ */
+static Node *
+fs_coerce_selector(ParseState *pstate, Node *expr, const FsParseContext *ctx)
+{
+	Oid			type = exprType(expr);
+
+	if (type == TEXTOID)
+		return expr;
+	if (type == UNKNOWNOID || type == VARCHAROID || type == BPCHAROID || type == NAMEOID)
+		return coerce_to_target_type(pstate, expr, type, TEXTOID, -1,
+									 COERCION_EXPLICIT, COERCE_EXPLICIT_CAST, -1);
+	ereport(ERROR,
+			(errcode(ERRCODE_DATATYPE_MISMATCH),
+			 errmsg("selector of queue \"%s\" must be text or varchar, not %s",
+					ctx->queue, format_type_be(type)),
+			 errhint("Name the column a claim selects rows by, such as selector => 'queue_name'.")));
+	return NULL;				/* keep the compiler quiet */
+}
+
+/*
  * enqueued_at: a timestamptz, or a timestamp without time zone taken as UTC
  * (as Rails stores them).
  */
@@ -397,6 +420,9 @@ fs_compile(const char *text, Relation rel, FsExprRole role, const char *queue)
 			break;
 		case FS_EXPR_ENQUEUED_AT:
 			expr = fs_coerce_enqueued_at(expr, &ctx);
+			break;
+		case FS_EXPR_SELECTOR:
+			expr = fs_coerce_selector(pstate, expr, &ctx);
 			break;
 		case FS_EXPR_ORDER:
 			break;
