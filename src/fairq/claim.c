@@ -46,20 +46,6 @@ PG_FUNCTION_INFO_V1(fs_ready_tenants);
 /* A claim takes at most this many rounds down the fair order. */
 #define FS_CLAIM_MAX_ROUNDS	16
 
-/*
- * A claim's selection (fs_claim()'s selector_in and selector_not_in), for a
- * queue registered with a selector, and the tenants it found short of rows
- * in the selection (passed over for the rest of the claim, not marked dry).
- */
-typedef struct FsSelection
-{
-	bool		active;
-	Datum		in;				/* text[] of LIKE patterns; 0: any */
-	Datum		not_in;			/* text[] of LIKE patterns; 0: none */
-	FsTenant  **passed_over;
-	int			npassed_over;
-	int			capacity;
-} FsSelection;
 
 /* ----------------------------------------------------------------
  * fs_claim()
@@ -486,86 +472,6 @@ fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 		claimed++;
 	}
 	return claimed;
-}
-
-/*
- * One of fs_claim()'s selector patterns as a LIKE pattern: '*' matches any
- * run of characters, every other character itself (LIKE's own wildcards
- * and its escape are escaped).
- */
-static Datum
-fs_like_pattern(text *pattern)
-{
-	const char *p = VARDATA_ANY(pattern);
-	int			len = VARSIZE_ANY_EXHDR(pattern);
-	StringInfoData buf;
-	int			i;
-
-	initStringInfo(&buf);
-	for (i = 0; i < len; i++)
-	{
-		if (p[i] == '*')
-			appendStringInfoChar(&buf, '%');
-		else
-		{
-			if (p[i] == '%' || p[i] == '_' || p[i] == '\\')
-				appendStringInfoChar(&buf, '\\');
-			appendStringInfoChar(&buf, p[i]);
-		}
-	}
-	return PointerGetDatum(cstring_to_text_with_len(buf.data, buf.len));
-}
-
-/*
- * A text[] argument of selector patterns, as LIKE patterns; (Datum) 0 when
- * it is NULL.  Its elements must not be NULL.
- */
-static Datum
-fs_selection_patterns(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	ArrayType  *array;
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
-	int			i;
-
-	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
-		return (Datum) 0;
-	array = PG_GETARG_ARRAYTYPE_P(argno);
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("%s must be a one-dimensional array", name),
-				 errhint("Pass a list of names or patterns, such as '{mailers,tenant_a*}'.")));
-	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-	for (i = 0; i < n; i++)
-	{
-		if (nulls[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("%s must not contain nulls", name),
-					 errhint("Pass names, or patterns with * for any characters.")));
-		elems[i] = fs_like_pattern(DatumGetTextPP(elems[i]));
-	}
-	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
-}
-
-/*
- * fs_claim()'s selection (selector_in, selector_not_in): only for a queue
- * registered with a selector.
- */
-static void
-fs_selection_args(FunctionCallInfo fcinfo, FsFairDesc *desc, FsSelection *sel)
-{
-	memset(sel, 0, sizeof(*sel));
-	sel->in = fs_selection_patterns(fcinfo, 4, "selector_in");
-	sel->not_in = fs_selection_patterns(fcinfo, 5, "selector_not_in");
-	sel->active = sel->in != (Datum) 0 || sel->not_in != (Datum) 0;
-	if (sel->active && desc->selector == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("queue \"%s\" has no selector to select rows by", desc->queue_name),
-				 errhint("Register the queue with selector => the column a claim selects by, such as 'queue_name'.")));
 }
 
 /*

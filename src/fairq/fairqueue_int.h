@@ -393,6 +393,24 @@ extern long fs_claim_map_count(uint32 queue_id);
  * ----------------------------------------------------------------
  */
 
+/*
+ * A claim's selection (fs_claim()'s selector_in and selector_not_in), for a
+ * queue registered with a selector, and the tenants it found short of rows
+ * in the selection (passed over for the rest of the claim, not marked dry).
+ */
+typedef struct FsSelection
+{
+	bool		active;
+	Datum		in;				/* text[] of LIKE patterns; 0: any */
+	Datum		not_in;			/* text[] of LIKE patterns; 0: none */
+	FsTenant  **passed_over;
+	int			npassed_over;
+	int			capacity;
+} FsSelection;
+
+/* selection.c */
+extern void fs_selection_args(FunctionCallInfo fcinfo, FsFairDesc *desc, FsSelection *sel);
+
 /* Weight of the newest sample in the moving averages of cost and run time. */
 #define FS_EMA_ALPHA		0.05
 

@@ -157,6 +157,31 @@ fs_ext_schema(void)
 	return quote_identifier(fs_extension_schema());
 }
 
+/* Names of the registered queues of this database. */
+List *
+fs_fair_registered_queues(void)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	List	   *names = NIL;
+	uint64		r;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	fs_spi(psprintf("SELECT queue FROM %s.fs_fair_queues ORDER BY queue", fs_ext_schema()),
+		   0, NULL, NULL, NULL, false);
+	for (r = 0; r < SPI_processed; r++)
+	{
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+		MemoryContext old = MemoryContextSwitchTo(caller);
+
+		/* The list outlives this SPI connection: the caller's memory. */
+		names = lappend(names, pstrdup(name));
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	return names;
+}
+
 /* ----------------------------------------------------------------
  * fs_register_queue(), fs_unregister_queue()
  * ----------------------------------------------------------------

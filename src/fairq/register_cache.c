@@ -266,22 +266,18 @@ fs_q_paren(FsQueryText *q, StringInfo buf, const char *piece, const char *text)
 }
 
 /*
- * A claim's selection (fs_claim()'s selector_in and selector_not_in), for a
- * queue registered with a selector: the rows whose selector matches one of
- * the LIKE patterns in $<in> (NULL: any) and none of those in $<not_in>.
- * The patterns are parameters, never part of the text.
+ * A claim's selection, for a queue with a selector: rows whose selector
+ * matches a LIKE pattern of $<in> (NULL: any) and none of $<not_in>.
  */
 static void
 fs_q_selection(FsFairDesc *desc, FsQueryText *q, StringInfo buf, int in, int not_in)
 {
-	if (desc->selector == NULL)
-		return;
-	appendStringInfo(buf, "      AND ($%d IS NULL OR coalesce(", in);
-	fs_q_paren(q, buf, "selector", desc->selector);
-	appendStringInfo(buf, ", '') OPERATOR(pg_catalog.~~) ANY ($%d))", in);
-	appendStringInfo(buf, "      AND ($%d IS NULL OR NOT coalesce(", not_in);
-	fs_q_paren(q, buf, "selector", desc->selector);
-	appendStringInfo(buf, ", '') OPERATOR(pg_catalog.~~) ANY ($%d))", not_in);
+	for (int i = 0; desc->selector != NULL && i < 2; i++)
+	{
+		appendStringInfo(buf, "  AND ($%d IS NULL OR %scoalesce(", i ? not_in : in, i ? "NOT " : "");
+		fs_q_paren(q, buf, "selector", desc->selector);
+		appendStringInfo(buf, ", '') OPERATOR(pg_catalog.~~) ANY ($%d))", i ? not_in : in);
+	}
 }
 
 /*
@@ -708,31 +704,6 @@ fs_fair_desc(const char *queue_name, bool missing_ok)
 	desc->generation = generation;
 	desc->valid = true;
 	return desc;
-}
-
-/* Names of the registered queues of this database. */
-List *
-fs_fair_registered_queues(void)
-{
-	MemoryContext caller = CurrentMemoryContext;
-	List	   *names = NIL;
-	uint64		r;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	fs_spi(psprintf("SELECT queue FROM %s.fs_fair_queues ORDER BY queue", fs_ext_schema()),
-		   0, NULL, NULL, NULL, false);
-	for (r = 0; r < SPI_processed; r++)
-	{
-		char	   *name = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
-		MemoryContext old = MemoryContextSwitchTo(caller);
-
-		/* The list outlives this SPI connection: the caller's memory. */
-		names = lappend(names, pstrdup(name));
-		MemoryContextSwitchTo(old);
-	}
-	SPI_finish();
-	return names;
 }
 
 /* check_functions_in_node() callback: a function outside pg_catalog? */
