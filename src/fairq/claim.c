@@ -46,7 +46,6 @@ PG_FUNCTION_INFO_V1(fs_ready_tenants);
 /* A claim takes at most this many rounds down the fair order. */
 #define FS_CLAIM_MAX_ROUNDS	16
 
-
 /* ----------------------------------------------------------------
  * fs_claim()
  * ----------------------------------------------------------------
@@ -186,7 +185,7 @@ fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum 
  */
 static bool
 fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
-					TimestampTz now, const FsSelection *sel)
+					TimestampTz now, FsSelection *sel)
 {
 	FsFairQueue *fq = desc->fq;
 	int			i;
@@ -205,6 +204,14 @@ fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
 	plan->skip_dry = true;
 	plan->skipped_dry = false;
 	plan->selective = sel->active;
+	if (sel->active && sel->npassed_over + want > sel->capacity)
+	{
+		/* Room for every planned tenant, made before anything changes. */
+		sel->capacity = sel->npassed_over + want + 16;
+		sel->passed_over = sel->passed_over == NULL ?
+			palloc(sizeof(FsTenant *) * sel->capacity) :
+			repalloc(sel->passed_over, sizeof(FsTenant *) * sel->capacity);
+	}
 	plan->passed_over = sel->passed_over;
 	plan->npassed_over = sel->npassed_over;
 	fs_plan_make(fq, plan, est_cost, now);
@@ -345,17 +352,9 @@ fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelecti
 		if (pt->got < pt->planned)
 		{
 			short_of_plan = true;
-			if (sel->active)
-			{
-				if (sel->npassed_over == sel->capacity)
-				{
-					sel->capacity = Max(16, 2 * sel->capacity);
-					sel->passed_over = sel->passed_over == NULL ?
-						palloc(sizeof(FsTenant *) * sel->capacity) :
-						repalloc(sel->passed_over, sizeof(FsTenant *) * sel->capacity);
-				}
+			/* Room was made in fs_claim_round_plan(): nothing fails here. */
+			if (sel->active && sel->npassed_over < sel->capacity)
 				sel->passed_over[sel->npassed_over++] = pt->entry;
-			}
 		}
 		for (k = pt->got; k < pt->admitted; k++)
 		{
@@ -639,12 +638,18 @@ fs_fair_refresh_limits(FsFairDesc *desc)
 }
 
 /*
- * fs_claim(queue text, row_type anyelement, max_rows int, lease interval)
+ * fs_claim(queue text, row_type anyelement, max_rows int, lease interval,
+ *			selector_in text[], selector_not_in text[])
  *	 RETURNS TABLE(lease_id bigint, tenant text, job anyelement)
  *
  * Claims up to max_rows ready rows of the queue in fair order, locked FOR
  * UPDATE SKIP LOCKED in the caller's transaction, each with a lease; the rows
- * come back whole, as the ready table's row type, in fair order.
+ * come back whole, as the ready table's row type, in fair order.  With a
+ * selection, only rows in it; if the fair rounds passed over so many
+ * tenants without rows in it that they end short, the rest come in the
+ * queue's own order within the selection (fs_claim_fifo()), so that a
+ * selection's rows are never held back by tenants ahead of them in the
+ * fair order that have none.
  */
 Datum
 fs_claim(PG_FUNCTION_ARGS)
@@ -712,6 +717,8 @@ fs_claim(PG_FUNCTION_ARGS)
 		LWLockRelease(desc->fq->lock);
 		FS_FAIR_DEBUG_CHECK(desc->fq);
 	}
+	if (claimed < max_rows && desc->fq != NULL && sel.active && sel.npassed_over > 0)
+		claimed += fs_claim_fifo(desc, max_rows - claimed, lease_usecs, now, &out, &sel);
 	if (claimed < max_rows && (desc->fq == NULL || desc->fq->untracked_rows > 0))
 	{
 		int32		got = fs_claim_fifo(desc, max_rows - claimed, lease_usecs, now, &out, &sel);

@@ -291,7 +291,7 @@ fs_coerce_selector(ParseState *pstate, Node *expr, const FsParseContext *ctx)
 									 COERCION_EXPLICIT, COERCE_EXPLICIT_CAST, -1);
 	ereport(ERROR,
 			(errcode(ERRCODE_DATATYPE_MISMATCH),
-			 errmsg("selector of queue \"%s\" must be text or varchar, not %s",
+			 errmsg("selector of queue \"%s\" must be text, varchar, char or name, not %s",
 					ctx->queue, format_type_be(type)),
 			 errhint("Name the column a claim selects rows by, such as selector => 'queue_name'.")));
 	return NULL;				/* keep the compiler quiet */

@@ -18,6 +18,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "optimizer/optimizer.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -46,6 +47,40 @@ fs_add_columns(Bitmapset **cols, const char *text, Relation rel, FsExprRole role
 	expr = fs_compile(text, rel, role, queue);
 	fs_search_path_end(nest);
 	pull_varattnos(expr, 1, cols);
+}
+
+/*
+ * Add the columns `text` reads to *cols, numbered as in `home`: the text
+ * is compiled against its own table `own` (a partition of home, or home),
+ * whose column numbers may differ, and mapped by name.
+ */
+static void
+fs_add_columns_of(Bitmapset **cols, const char *text, Relation home, Relation own,
+				  FsExprRole role, const char *queue)
+{
+	Bitmapset  *own_cols = NULL;
+	int			member = -1;
+
+	if (own == home)
+	{
+		fs_add_columns(cols, text, home, role, queue);
+		return;
+	}
+	fs_add_columns(&own_cols, text, own, role, queue);
+	while ((member = bms_next_member(own_cols, member)) >= 0)
+	{
+		AttrNumber	a = member + FirstLowInvalidHeapAttributeNumber;
+		AttrNumber	h;
+
+		if (a <= 0)
+		{
+			*cols = bms_add_member(*cols, member);	/* the whole row, or a system column */
+			continue;
+		}
+		h = get_attnum(RelationGetRelid(home), get_attname(RelationGetRelid(own), a, false));
+		if (h != InvalidAttrNumber)
+			*cols = bms_add_member(*cols, h - FirstLowInvalidHeapAttributeNumber);
+	}
 }
 
 /* " OF a, b" for the columns in cols, or "" when a whole row is read. */
@@ -162,20 +197,29 @@ fs_registrations_of(List *relids)
  * The tables of `relid`'s partition tree (the table alone if it is in
  * none), each with whether a registration's ready or running table it is;
  * the registrations are left in SPI_tuptable (fs_registrations_of()).
+ *
+ * The whole tree is locked ACCESS EXCLUSIVE first, top down as queries
+ * lock it (so that dropping triggers bottom up cannot deadlock with them),
+ * and the registrations are read after: a registration of another table
+ * of the tree, made meanwhile, has committed or waits for this one.
  */
 static FsTriggerHome *
 fs_trigger_tree(Oid relid, int *ntables)
 {
 	Oid			root = relid;
+	List	   *ancestors;
 	List	   *tree;
 	FsTriggerHome *homes;
 	ListCell   *lc;
 	int			t = 0;
 
-	if (get_rel_relispartition(relid))
-		root = llast_oid(get_partition_ancestors(relid));
+	/* None for a partition being detached concurrently: it stands alone. */
+	ancestors = get_rel_relispartition(relid) ? get_partition_ancestors(relid) : NIL;
+	if (ancestors != NIL)
+		root = llast_oid(ancestors);
+	LockRelationOid(root, AccessExclusiveLock);
 	tree = get_rel_relkind(root) == RELKIND_PARTITIONED_TABLE ?
-		find_all_inheritors(root, AccessShareLock, NULL) : list_make1_oid(root);
+		find_all_inheritors(root, AccessExclusiveLock, NULL) : list_make1_oid(root);
 	homes = palloc0(sizeof(FsTriggerHome) * list_length(tree));
 	fs_registrations_of(tree);
 	foreach(lc, tree)
@@ -222,7 +266,7 @@ fs_make_home_triggers(Oid home, bool ready_home, bool running_home, SPITupleTabl
 	uint64		r;
 
 	below = get_rel_relkind(home) == RELKIND_PARTITIONED_TABLE ?
-		find_all_inheritors(home, AccessShareLock, NULL) : list_make1_oid(home);
+		find_all_inheritors(home, AccessExclusiveLock, NULL) : list_make1_oid(home);
 	rel = relation_open(home, AccessShareLock);
 	for (r = 0; r < nregs; r++)
 	{
@@ -235,18 +279,28 @@ fs_make_home_triggers(Oid home, bool ready_home, bool running_home, SPITupleTabl
 
 		if (ready_home && !isnull && list_member_oid(below, DatumGetObjectId(ready)))
 		{
-			fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 4), rel, FS_EXPR_TENANT, queue);
-			fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 5), rel, FS_EXPR_FILTER, queue);
-			fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 6), rel, FS_EXPR_KEY, queue);
-			fs_add_columns(&ready_cols, SPI_getvalue(tuple, desc, 7), rel, FS_EXPR_COST, queue);
+			Oid			own_relid = DatumGetObjectId(ready);
+			Relation	own = own_relid == home ? rel : relation_open(own_relid, AccessShareLock);
+
+			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 4), rel, own, FS_EXPR_TENANT, queue);
+			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 5), rel, own, FS_EXPR_FILTER, queue);
+			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 6), rel, own, FS_EXPR_KEY, queue);
+			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 7), rel, own, FS_EXPR_COST, queue);
+			if (own != rel)
+				relation_close(own, NoLock);
 		}
 		running = SPI_getbinval(tuple, desc, 3, &isnull);
 		if (running_home && !isnull && list_member_oid(below, DatumGetObjectId(running)))
 		{
-			fs_add_columns(&running_cols, SPI_getvalue(tuple, desc, 8), rel,
-						   FS_EXPR_RUNNING_FILTER, queue);
-			fs_add_columns(&running_cols, SPI_getvalue(tuple, desc, 9), rel,
-						   FS_EXPR_RUNNING_KEY, queue);
+			Oid			own_relid = DatumGetObjectId(running);
+			Relation	own = own_relid == home ? rel : relation_open(own_relid, AccessShareLock);
+
+			fs_add_columns_of(&running_cols, SPI_getvalue(tuple, desc, 8), rel, own,
+							  FS_EXPR_RUNNING_FILTER, queue);
+			fs_add_columns_of(&running_cols, SPI_getvalue(tuple, desc, 9), rel, own,
+							  FS_EXPR_RUNNING_KEY, queue);
+			if (own != rel)
+				relation_close(own, NoLock);
 		}
 	}
 	ready_of = fs_update_of(ready_cols, rel);
@@ -261,16 +315,19 @@ fs_make_home_triggers(Oid home, bool ready_home, bool running_home, SPITupleTabl
 	if (running_home)
 		fs_create_triggers(table, FS_TRIGGER_RUN, "DELETE OR UPDATE", running_of,
 						   "fs_fair_running_trigger", FS_TRIGGER_RUN_T, "running");
+	/*
+	 * A TRUNCATE of one partition of a ready table has its queues recounted.
+	 * Not of a running table: its trigger releases every lease of the
+	 * queue, and the other partitions' jobs still run (a TRUNCATE of the
+	 * home fires the home's).  PostgreSQL refuses TRUNCATE triggers on
+	 * foreign tables.
+	 */
 	foreach(lc, below)
 	{
 		Oid			part = lfirst_oid(lc);
 
-		if (part == home)
-			continue;
-		if (ready_home)
+		if (part != home && ready_home && get_rel_relkind(part) != RELKIND_FOREIGN_TABLE)
 			fs_create_truncate_trigger(fs_qualified_name(part), FS_TRIGGER_READY_T, "ready");
-		if (running_home)
-			fs_create_truncate_trigger(fs_qualified_name(part), FS_TRIGGER_RUN_T, "running");
 	}
 }
 
@@ -289,8 +346,9 @@ fs_make_home_triggers(Oid home, bool ready_home, bool running_home, SPITupleTabl
  * "homes"), each reading the columns of its own registrations and of its
  * registered partitions', and registered partitions below a home have none
  * of their own.  TRUNCATE triggers are not cloned: every partition of a
- * home gets its own (a partition made later has none until the next
- * registration; the periodic recount corrects its queue's backlog).
+ * ready table's home gets its own (a partition made later has none until
+ * the next registration; the periodic recount corrects its queue's
+ * backlog).
  *
  * Every own trigger of the tree is dropped first, bottom up (a parent's
  * takes its clones with it), then the homes' are made.

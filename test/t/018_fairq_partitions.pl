@@ -83,5 +83,21 @@ $q->("SELECT count(*) FROM fs_resync('all')");
 $q->("INSERT INTO pj VALUES (902, 'again')");
 is($backlog->('all'), $count->('pj'), 'and the parent\'s too');
 
+# A partition's registration that passes the whole row to a function (by
+# the partition's own name) is compiled against the partition, not the
+# parent, when the parent's trigger reads its columns.
+$q->(q{
+	CREATE FUNCTION tenant_of(pj_2) RETURNS text IMMUTABLE LANGUAGE sql AS $$ SELECT $1.tenant $$;
+	SELECT fs_unregister_queue('first');
+});
+is($q->("SELECT queue FROM fs_register_queue('second', 'pj_2', tenant => 'tenant_of(pj_2)', order_by => 'id')"),
+	'second', 'a partition registers with a whole-row expression');
+is($q->("SELECT queue FROM fs_register_queue('all', 'pj', tenant => 'tenant', order_by => 'id')"),
+	'all', 'and its parent registers again above it');
+$q->("BEGIN; SELECT count(*) FROM fs_claim('second', NULL::pj_2, 1); ROLLBACK");
+$q->("INSERT INTO pj VALUES (1501, 'whole')");
+is($backlog->('second'), $count->('pj_2'), 'the partition\'s queue counts its rows once');
+is($q->("SELECT fs_unregister_queue('all')"), 't', 'the parent unregisters');
+
 $node->stop;
 done_testing();

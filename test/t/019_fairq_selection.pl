@@ -64,6 +64,29 @@ is($claim->("selector_in => '{mailers}'"), 'big:mailers big:mailers small1:maile
 like($claim->("NULL"), qr/^big:default big:default /,
 	'and a claim with no selection serves big with the others at once (not passed over)');
 
+# Many tenants ahead in the fair order without rows in a selection do not
+# hold its rows back: past them, the rest come in the queue's own order.
+$q->(q{
+	CREATE TABLE sjobs (id bigserial PRIMARY KEY, tenant text NOT NULL, kind text NOT NULL);
+	SELECT fs_set_limit('*', 'starve', max_slots => 1000);
+	SELECT queue FROM fs_register_queue('starve', 'sjobs', tenant => 'tenant', order_by => 'id',
+	       selector => 'kind');
+	INSERT INTO sjobs (tenant, kind) SELECT 'm', 'mailers' FROM generate_series(1, 5);
+});
+my $sclaim = sub {
+	my ($n) = @_;
+	return $q->(qq{
+		WITH c AS (SELECT tenant, (job).id, (job).kind FROM fs_claim('starve', NULL::sjobs, $n, '1 minute',
+		                                                       selector_in => '{mailers}')),
+		     d AS (DELETE FROM sjobs USING c WHERE sjobs.id = c.id)
+		SELECT string_agg(tenant || ':' || kind, ' ' ORDER BY id) FROM c});
+};
+is($sclaim->(2), 'm:mailers m:mailers', 'm is served (its tag moves on)');
+$q->("INSERT INTO sjobs (tenant, kind) SELECT 'r' || i, 'reports' FROM generate_series(1, 40) i");
+is($sclaim->(1), 'm:mailers',
+	'40 tenants ahead of m with only reports rows do not hold back a mailers claim');
+is($q->("SELECT count(*) FROM sjobs WHERE kind = 'reports'"), '40', 'and their rows stay');
+
 # Errors.
 $q->(q{
 	CREATE TABLE plain_jobs (id bigserial PRIMARY KEY, tenant text NOT NULL);
@@ -78,7 +101,7 @@ like($err, qr/HINT:  Register the queue with selector =>/, 'and says how to get 
 like($err, qr/ERROR:  22004: selector_in must not contain nulls/, 'a NULL pattern is refused');
 ($ret, $out, $err) = $node->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT fs_register_queue('bad', 'jobs', tenant => 'tenant', order_by => 'id', selector => 'id > 0')");
-like($err, qr/ERROR:  42804: selector of queue "bad" must be text or varchar, not boolean/, 'a selector must be text');
+like($err, qr/ERROR:  42804: selector of queue "bad" must be text, varchar, char or name, not boolean/, 'a selector must be text');
 
 $node->stop;
 done_testing();
