@@ -46,10 +46,17 @@ typedef struct FsWalHeader
 {
 	uint32		magic;
 	uint16		format;
-	uint16		pad;
+	uint16		flags;			/* FS_WAL_LEASES_ONLY */
 	TimestampTz primary_now;	/* when the primary wrote it */
 	int64		next_lease_id;	/* the primary's next lease id then */
 } FsWalHeader;
+
+/*
+ * FsWalHeader.flags of a FULL_BEGIN and its FULL_END: the snapshot names
+ * every lease and claim-map entry, and nothing else (the writer's lists of
+ * changed leases overflowed; tenants and fair queues were tracked).
+ */
+#define FS_WAL_LEASES_ONLY		0x0001
 
 /* The field of an item of FS_SECTION_LEASES_GONE: the lease's id (int64). */
 #define FS_GONE_LEASE_ID		1

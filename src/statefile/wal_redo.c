@@ -21,11 +21,13 @@
  * FULL_BEGIN, marks every one it names, and at FULL_END removes the leases
  * and then the tenants it did not name (the state file's orphans after a
  * crash, removals and evictions that fell in a lost interval or were not
- * listed), and the claim-map entries whose leases are gone.  Between
- * snapshots, a record's tenants gone (evicted on the primary) are
- * forgotten after its leases gone and before its tenants are entered.  At the end of recovery (rm_cleanup:
- * crash recovery done, or a promotion) the server goes on from the
- * replayed state.
+ * listed), and the claim-map entries whose leases are gone.  A snapshot of
+ * the leases alone (FS_WAL_LEASES_ONLY) does the same for leases and
+ * claim-map entries only.  Between snapshots, a record's tenants gone
+ * (evicted on the primary) are forgotten after its leases gone and before
+ * its tenants are entered.  At the end of recovery (rm_cleanup: crash
+ * recovery done, or a promotion) the server goes on from the replayed
+ * state.
  *
  *-------------------------------------------------------------------------
  */
@@ -47,6 +49,9 @@
 
 /* Memory of one record's replay, reset after each (rm_startup makes it). */
 static MemoryContext redo_cxt = NULL;
+
+/* The snapshot being replayed names leases and claims only (FS_WAL_LEASES_ONLY). */
+static bool snapshot_leases_only = false;
 
 /* A record's queues: the primary's index, this server's queue. */
 typedef struct FsRedoQueue
@@ -431,8 +436,10 @@ fs_wal_redo(XLogReaderState *record)
 	 */
 	if (info == XLOG_FS_FULL_BEGIN)
 	{
+		snapshot_leases_only = (header.flags & FS_WAL_LEASES_ONLY) != 0;
 		fs_lease_replay_unmark_all();
-		fs_tenant_replay_unmark_all();
+		if (!snapshot_leases_only)
+			fs_tenant_replay_unmark_all();
 		SpinLockAcquire(&fs_wal->mutex);
 		fs_wal->replay_in_snapshot = true;
 		SpinLockRelease(&fs_wal->mutex);
@@ -453,7 +460,8 @@ fs_wal_redo(XLogReaderState *record)
 			if (fs_wal->replay_in_snapshot)
 			{
 				(void) fs_lease_replay_sweep();
-				fs_redo_sweep_tenants();
+				if (!snapshot_leases_only)
+					fs_redo_sweep_tenants();
 				fs_claim_wal_sweep();
 				snapshot_end = true;
 			}
@@ -476,7 +484,8 @@ fs_wal_redo(XLogReaderState *record)
 	fs_wal->replayed_next_lease_id = Max(fs_wal->replayed_next_lease_id, header.next_lease_id);
 	if (snapshot_end)
 	{
-		fs_wal->replay_snapshot_seen = true;
+		/* A snapshot of the leases alone does not make the state known. */
+		fs_wal->replay_snapshot_seen |= !snapshot_leases_only;
 		fs_wal->replay_in_snapshot = false;
 	}
 	SpinLockRelease(&fs_wal->mutex);

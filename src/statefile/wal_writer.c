@@ -58,12 +58,33 @@ typedef struct FsWalBuild
 	bool		last_of_cycle;	/* the cycle's last records: tenants gone go in */
 	int			ngone_keys;		/* tenants gone this cycle (gone_keys) ... */
 	int			gone_next;		/* ... and the first not yet in a record */
+	uint16		header_flags;	/* of the records inserted now */
 	bool	   *queue_named;	/* by queue id: an item names the queue */
 	bool		lost;			/* an item found no room: log a snapshot next */
 	XLogRecPtr	last_lsn;		/* end of the last record inserted */
 	uint64		records;
 	uint64		bytes;
 } FsWalBuild;
+
+/*
+ * What the changes the lists could not hold call for: nothing, a snapshot
+ * of the leases and claim-map entries (their lists overflowed), or a
+ * complete one.
+ */
+typedef enum FsSnapshotNeed
+{
+	FS_SNAPSHOT_NONE = 0,
+	FS_SNAPSHOT_LEASES,
+	FS_SNAPSHOT_FULL
+} FsSnapshotNeed;
+
+/* Raise *need to at least `level`. */
+static inline void
+fs_wal_need(FsSnapshotNeed *need, FsSnapshotNeed level)
+{
+	if (*need < level)
+		*need = level;
+}
 
 /*
  * The writer's memory: the build, the lease ids and copies, the evicted
@@ -221,6 +242,7 @@ fs_wal_insert(FsWalBuild *b, uint8 info)
 	memset(&header, 0, sizeof(header));
 	header.magic = FS_WAL_MAGIC;
 	header.format = FS_WAL_FORMAT;
+	header.flags = b->header_flags;
 	header.primary_now = GetCurrentTimestamp();
 	header.next_lease_id = (int64) pg_atomic_read_u64(&fs_shared->next_lease_id);
 	appendBinaryStringInfo(&rec, (char *) &header, sizeof(header));
@@ -335,7 +357,7 @@ fs_wal_add_gone(FsWalBuild *b, int64 lease_id)
  * change.
  */
 static void
-fs_wal_add_tenants_gone(FsWalBuild *b, bool *need_snapshot)
+fs_wal_add_tenants_gone(FsWalBuild *b, FsSnapshotNeed *need)
 {
 	bool		overflow;
 	int			n = fs_tenants_gone_drain(gone_keys, &overflow);
@@ -346,7 +368,7 @@ fs_wal_add_tenants_gone(FsWalBuild *b, bool *need_snapshot)
 		if (!fs_tenant_exists(&gone_keys[i]))
 			gone_keys[b->ngone_keys++] = gone_keys[i];
 	if (overflow)
-		*need_snapshot = true;
+		fs_wal_need(need, FS_SNAPSHOT_FULL);
 }
 
 /*
@@ -370,7 +392,7 @@ fs_wal_add_heartbeats(FsWalBuild *b, bool all)
 
 /* The claim-map entries set since the last cycle, in records of bounded size. */
 static void
-fs_wal_add_claims(FsWalBuild *b, bool *need_snapshot)
+fs_wal_add_claims(FsWalBuild *b, FsSnapshotNeed *need)
 {
 	bool		overflow;
 
@@ -383,7 +405,7 @@ fs_wal_add_claims(FsWalBuild *b, bool *need_snapshot)
 			fs_wal_emit(b);
 	}
 	if (overflow)
-		*need_snapshot = true;
+		fs_wal_need(need, FS_SNAPSHOT_LEASES);
 }
 
 /* The fair queues whose state changed since it was last logged (all: `all`). */
@@ -410,8 +432,10 @@ fs_wal_add_fair_queues(FsWalBuild *b, bool all)
 /*
  * One interval's batch: the changed tenants, the evicted ones, the changed
  * and removed leases, the claim-map entries set, the changed fair queues,
- * the heartbeat table.  Sets *need_snapshot when changes could not be
- * tracked one by one (a list overflowed, an item found no room).
+ * the heartbeat table.  Raises *need when changes could not be tracked one
+ * by one: a list of leases or claim-map entries overflowed (a snapshot of
+ * those), the list of evicted tenants overflowed or an item found no room
+ * (a complete one).
  *
  * The order matters for evictions.  A tenant is listed as gone only if it
  * is still missing after the changed tenants were copied, so any item of
@@ -421,7 +445,7 @@ fs_wal_add_fair_queues(FsWalBuild *b, bool all)
  * cycle's last records, after those leases' removals (fs_wal_insert()).
  */
 static void
-fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
+fs_wal_write_batch(FsWalBuild *b, FsSnapshotNeed *need)
 {
 	bool		overflow;
 	int			n;
@@ -432,7 +456,7 @@ fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
 	fs_wal_build_pause(b);
 	if (pg_atomic_read_u32(&fs_shared->wal_tenants_dirty) != 0)
 		fs_tenant_foreach_for_wal(fs_wal_add_tenant, fs_wal_build_pause, b, false);
-	fs_wal_add_tenants_gone(b, need_snapshot);
+	fs_wal_add_tenants_gone(b, need);
 
 	n = fs_lease_wal_drain(lease_ids, &overflow);
 	for (i = 0; i < n; i += FS_WAL_LEASE_CHUNK)
@@ -452,7 +476,7 @@ fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
 				fs_wal_add_gone(b, lease_ids[i + k]);	/* a standby has it */
 		}
 	}
-	fs_wal_add_claims(b, need_snapshot);
+	fs_wal_add_claims(b, need);
 	fs_wal_add_fair_queues(b, false);
 	fs_wal_add_heartbeats(b, false);
 	b->last_of_cycle = true;
@@ -461,8 +485,10 @@ fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
 	while (b->gone_next < b->ngone_keys);
 	b->last_of_cycle = false;
 	b->ngone_keys = b->gone_next = 0;
-	if (overflow || b->lost)
-		*need_snapshot = true;
+	if (overflow)
+		fs_wal_need(need, FS_SNAPSHOT_LEASES);
+	if (b->lost)
+		fs_wal_need(need, FS_SNAPSHOT_FULL);
 	b->lost = false;
 }
 
@@ -475,29 +501,43 @@ fs_wal_write_batch(FsWalBuild *b, bool *need_snapshot)
  * later changes are listed anew.  Returns false if an item found no room:
  * the snapshot then has no FULL_END (a standby must not remove what it
  * missed), and the caller logs another.
+ *
+ * `leases_only` (FS_WAL_LEASES_ONLY): the leases and claim-map entries
+ * alone, when only their lists overflowed (one backend making millions of
+ * decisions a second): the tenants are tracked still, and scanning every
+ * tenant entry each interval would slow the decisions down.
  */
 static bool
-fs_wal_write_snapshot(FsWalBuild *b)
+fs_wal_write_snapshot(FsWalBuild *b, bool leases_only)
 {
 	bool		overflow;
 	bool		complete;
 
 	(void) fs_lease_wal_drain(lease_ids, &overflow);
-	(void) fs_tenants_gone_drain(gone_keys, &overflow);
+	if (!leases_only)
+		(void) fs_tenants_gone_drain(gone_keys, &overflow);
 	(void) fs_claim_wal_drain(&overflow);
+	b->header_flags = leases_only ? FS_WAL_LEASES_ONLY : 0;
 	fs_wal_insert(b, XLOG_FS_FULL_BEGIN);
+	b->header_flags = 0;
 	b->info = XLOG_FS_FULL_CHUNK;
 	fs_wal_build_pause(b);
-	fs_tenant_foreach_for_wal(fs_wal_add_tenant, fs_wal_build_pause, b, true);
+	if (!leases_only)
+		fs_tenant_foreach_for_wal(fs_wal_add_tenant, fs_wal_build_pause, b, true);
 	fs_lease_foreach_for_wal(fs_wal_add_lease, fs_wal_build_pause, b);
 	fs_claim_wal_write_all(&b->claims, &b->nclaims, b->queue_named, &b->lost,
 						   fs_wal_build_pause, b);
-	fs_wal_add_fair_queues(b, true);
-	fs_wal_add_heartbeats(b, true);
+	if (!leases_only)
+	{
+		fs_wal_add_fair_queues(b, true);
+		fs_wal_add_heartbeats(b, true);
+	}
 	fs_wal_emit(b);
 	complete = !b->lost;
+	b->header_flags = leases_only ? FS_WAL_LEASES_ONLY : 0;
 	if (complete)
 		fs_wal_insert(b, XLOG_FS_FULL_END);
+	b->header_flags = 0;
 	b->lost = false;
 	return complete;
 }
@@ -569,7 +609,7 @@ void
 fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 {
 	XLogRecPtr	snapshot_redo = InvalidXLogRecPtr;
-	bool		need_snapshot = true;
+	FsSnapshotNeed need = FS_SNAPSHOT_FULL;
 	TimestampTz cycle_start = 0;
 	uint64		replayed_records;
 	bool		warn;
@@ -634,20 +674,22 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 		}
 
 		if (fs_wal_interval_ms == 0)
-			need_snapshot = true;	/* when turned on again */
+			need = FS_SNAPSHOT_FULL;	/* when turned on again */
 		else
 		{
 			redo = GetRedoRecPtr();
 			if (redo != snapshot_redo)
-				need_snapshot = true;
-			if (need_snapshot)
+				need = FS_SNAPSHOT_FULL;
+			if (need != FS_SNAPSHOT_NONE)
 			{
-				need_snapshot = !fs_wal_write_snapshot(&build);
-				snapshot_redo = redo;
-				snapshot = true;
+				snapshot = need == FS_SNAPSHOT_FULL;
+				if (fs_wal_write_snapshot(&build, !snapshot))
+					need = FS_SNAPSHOT_NONE;
+				if (snapshot)
+					snapshot_redo = redo;
 			}
 			else
-				fs_wal_write_batch(&build, &need_snapshot);
+				fs_wal_write_batch(&build, &need);
 		}
 		fs_wal_cycle_done(&build, snapshot);
 
@@ -656,10 +698,10 @@ fs_wal_writer_main(Datum main_arg pg_attribute_unused())
 			/* The last changes, before the shutdown checkpoint. */
 			if (fs_wal_interval_ms > 0)
 			{
-				fs_wal_write_batch(&build, &need_snapshot);
-				if (need_snapshot)
-					(void) fs_wal_write_snapshot(&build);	/* some changes went unlisted */
-				fs_wal_cycle_done(&build, need_snapshot);
+				fs_wal_write_batch(&build, &need);
+				if (need != FS_SNAPSHOT_NONE)	/* some changes went unlisted */
+					(void) fs_wal_write_snapshot(&build, need == FS_SNAPSHOT_LEASES);
+				fs_wal_cycle_done(&build, need == FS_SNAPSHOT_FULL);
 			}
 			proc_exit(0);
 		}

@@ -99,6 +99,21 @@ $primary->wait_for_catchup($standby, 'replay', $lsn);
 is($s->($tenants), $p->($tenants), 'after a restart of the standby, its tenants still equal the primary\'s');
 is($s->($leases), $p->($leases), 'and so do its leases');
 
+# One statement making so many decisions that the writer's lists of changed
+# leases overflow: the writer logs a snapshot of the leases alone (the
+# tenants are still tracked one by one), and a release whose listing was
+# lost is replayed all the same (the lease is not in that snapshot).
+my $held = $p->("SELECT fs_acquire_slot('h', 'q', '1 hour')");
+$p->("SELECT fs_wal_sync()");
+my $snapshots = $p->("SELECT snapshots FROM fs_replication");
+$p->("SELECT fs_release_slot($held), count(*) FILTER (WHERE fs_release_slot(fs_acquire_slot('o' || (i % 50), 'q')))
+	FROM generate_series(1, 300000) i");
+$lsn = $p->("SELECT fs_wal_sync()");
+$primary->wait_for_catchup($standby, 'replay', $lsn);
+is($s->($leases), $p->($leases), 'after lease lists overflowed, the standby\'s leases equal the primary\'s');
+is($s->($tenants), $p->($tenants), 'and so do its tenants (a snapshot of the leases does not sweep them)');
+is($p->("SELECT snapshots FROM fs_replication"), $snapshots, 'no complete snapshot was logged for it');
+
 # A standby made later from a base backup has the whole state.
 $primary->backup('base2');
 my $late = PostgreSQL::Test::Cluster->new('late');
