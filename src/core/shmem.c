@@ -488,10 +488,7 @@ fs_tenant_init(FsTenant *entry, TimestampTz now)
 	memset((char *) entry + sizeof(FsTenantKey), 0,
 		   sizeof(FsTenant) - sizeof(FsTenantKey));
 	SpinLockInit(&entry->mutex);
-	/* New: a standby learns of it at the WAL writer's next cycle. */
-	entry->flags = FS_TENANT_NEW | FS_TENANT_WAL_DIRTY;
-	if (pg_atomic_read_u32(&fs_shared->wal_tenants_dirty) == 0)
-		pg_atomic_write_u32(&fs_shared->wal_tenants_dirty, 1);
+	entry->flags = FS_TENANT_NEW;
 	entry->generation = fs_tenant_next_generation();
 	entry->limits_generation = 0;	/* never current: limits load on first use */
 	entry->budget_ms_per_minute = -1;
@@ -501,6 +498,8 @@ fs_tenant_init(FsTenant *entry, TimestampTz now)
 	entry->touched_at = now;
 	entry->earliest_expiry = DT_NOEND;
 	entry->heap_index = -1;		/* in no fair order (nobody else sees it yet) */
+	/* New: a standby learns of it at the WAL writer's next cycle. */
+	fs_tenant_changed(entry);
 }
 
 /*

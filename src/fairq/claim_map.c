@@ -61,6 +61,7 @@ typedef struct FsClaimWal
 } FsClaimWal;
 
 static FsClaimWal *fs_claim_wal = NULL;
+static int32 fs_claim_wal_room = 0;	/* keys per list, set with the shared memory */
 
 /* Keys listed per partition: its share of the map, and a margin. */
 static int32
@@ -107,6 +108,7 @@ fs_claim_map_shmem_init(void)
 	fs_claim_scan.locks = fs_fair->claim_locks;
 	fs_claim_scan.nparts = FS_CLAIM_PARTITIONS;
 	fs_claim_scan.link_offset = offsetof(FsClaimEntry, scan_link);
+	fs_claim_wal_room = fs_claim_wal_capacity();
 	fs_claim_wal = ShmemInitStruct("fairshare claim changes", fs_claim_wal_size(), &found);
 	if (!found)
 	{
@@ -147,8 +149,8 @@ fs_claim_map_changed(const FsClaimEntry *entry, uint32 hashvalue)
 		int			p = hashvalue % FS_CLAIM_PARTITIONS;
 		FsClaimWalList *list = &fs_claim_wal->lists[p];
 
-		if (list->count < fs_claim_wal_capacity())
-			fs_claim_wal->keys[(Size) p * fs_claim_wal_capacity() + list->count++] = entry->key;
+		if (list->count < fs_claim_wal_room)
+			fs_claim_wal->keys[(Size) p * fs_claim_wal_room + list->count++] = entry->key;
 		else
 			list->overflow = true;
 		if (pg_atomic_read_u32(&fs_claim_wal->dirty) == 0)
@@ -669,7 +671,7 @@ fs_claim_wal_drain(bool *overflow)
 	if (wal_keys == NULL)
 		wal_keys = MemoryContextAllocExtended(TopMemoryContext,
 											  sizeof(FsClaimKey) * FS_CLAIM_PARTITIONS *
-											  (Size) fs_claim_wal_capacity(),
+											  (Size) fs_claim_wal_room,
 											  MCXT_ALLOC_HUGE);
 	wal_nkeys = wal_next = 0;
 	if (pg_atomic_read_u32(&fs_claim_wal->dirty) == 0)
@@ -682,7 +684,7 @@ fs_claim_wal_drain(bool *overflow)
 		LWLock	   *lock = &fs_fair->claim_locks[p].lock;
 
 		LWLockAcquire(lock, LW_EXCLUSIVE);
-		memcpy(wal_keys + wal_nkeys, fs_claim_wal->keys + (Size) p * fs_claim_wal_capacity(),
+		memcpy(wal_keys + wal_nkeys, fs_claim_wal->keys + (Size) p * fs_claim_wal_room,
 			   sizeof(FsClaimKey) * list->count);
 		wal_nkeys += list->count;
 		*overflow |= list->overflow;

@@ -398,11 +398,16 @@ fs_wal_add_claims(FsWalBuild *b, FsSnapshotNeed *need)
 
 	if (fs_claim_wal_drain(&overflow) > 0)
 	{
-		while (!fs_claim_wal_write_next(&b->claims,
-										FS_WAL_RECORD_MAX > fs_wal_build_size(b) ?
-										FS_WAL_RECORD_MAX - (fs_wal_build_size(b) - b->claims.len) : 0,
-										&b->nclaims, b->queue_named))
+		for (;;)
+		{
+			/* The claims' room: what the record's other sections leave. */
+			Size		others = fs_wal_build_size(b) - b->claims.len;
+			Size		limit = others < FS_WAL_RECORD_MAX ? FS_WAL_RECORD_MAX - others : 0;
+
+			if (fs_claim_wal_write_next(&b->claims, limit, &b->nclaims, b->queue_named))
+				break;
 			fs_wal_emit(b);
+		}
 	}
 	if (overflow)
 		fs_wal_need(need, FS_SNAPSHOT_LEASES);
