@@ -489,12 +489,16 @@ is($q->("SELECT string_agg(what, E'\n') FROM (SELECT what FROM probe_violations 
 	'renew and release of held leases never failed');
 is($q->("SELECT sum(holders) FROM probe"), '0', 'the probe ends at zero');
 # The flex tenants are at 4 only part of the time (the DDL client switches
-# them): above 1 shows that the switch up took effect while they were used.
+# each of the ten at random): one of the four hot ones above 1 shows that the
+# switch up took effect while they were used. Which one gets there depends on
+# the scheduling of a slow build, so all four are not required.
 is($q->(q{SELECT string_agg(tenant || ' saw ' || max_seen || ' of ' || max_slots, ', ') FROM probe
-           WHERE queue = 'sq'
-             AND ((tenant IN ('s1', 's2', 's3', 's4') AND max_seen < max_slots)
-                  OR (tenant IN ('s41', 's42', 's43', 's44') AND max_seen < 2))}),
-	'', 'the hot slot tenants were driven to their bounds (the flex ones above 1)');
+           WHERE queue = 'sq' AND tenant IN ('s1', 's2', 's3', 's4') AND max_seen < max_slots}),
+	'', 'the hot slot tenants were driven to their bounds');
+is($q->(q{SELECT max(max_seen) > 1 FROM probe WHERE queue = 'sq' AND tenant IN ('s41', 's42', 's43', 's44')}),
+	't', 'a hot flex tenant held more than one slot after its bound was raised');
+note($q->(q{SELECT string_agg(tenant || ' saw ' || max_seen, ', ' ORDER BY tenant) FROM probe
+             WHERE queue = 'sq' AND tenant IN ('s41', 's42', 's43', 's44')}));
 note($q->(q{SELECT count(*) FILTER (WHERE max_seen = max_slots) || ' of ' || count(*) || ' tenants of ' || queue
                    || ' were seen at their bounds by the probe'
               FROM probe GROUP BY queue ORDER BY queue}));
