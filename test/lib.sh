@@ -18,10 +18,16 @@ PG_MAJOR="${PG_MAJOR:-15}"
 # Debian packages each command needs.  One list per purpose, all installed by
 # fs_install_deps before anything is built.
 FS_DEPS_BUILD="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR"
+# The integrations and the demo's adapters: Rails' Debian dependencies (the
+# newer Rails and the queue gems come from ../shared/vendor/ruby).  Node 22
+# and the Node queue libraries come from the npm registry, through
+# integrations/node/install-node (which installs Debian's npm if no npm is
+# there: a node that brings its own npm conflicts with Debian's).
+FS_DEPS_INTEGRATIONS="ruby ruby-pg ruby-rails ruby-connection-pool ruby-useragent"
 FS_DEPS_TEST="postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
  ruby ruby-pg procps clang-14 libclang-rt-14-dev sqlsmith binutils postgresql-$PG_MAJOR-auto-failover
- pgbouncer"
-FS_DEPS_DEMO="ruby ruby-pg gnuplot-nox procps"
+ pgbouncer $FS_DEPS_INTEGRATIONS"
+FS_DEPS_DEMO="gnuplot-nox procps $FS_DEPS_INTEGRATIONS"
 FS_DEPS_BENCH="redis-server redis-tools ruby ruby-pg procps nodejs npm"
 
 fs_log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

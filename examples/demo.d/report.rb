@@ -4,28 +4,30 @@
 # The demo's verdict: both runs side by side from demo_results, and the
 # picture of every job's wait over time (gnuplot).
 #
-#   report.rb --db CONNINFO --window SECONDS --picture FILE.png
+#   report.rb --db CONNINFO --window SECONDS --picture FILE.png --library NAME
 #
-# Waits are from enqueue to claim.  A job never claimed counts as waiting
-# until the run ended (its wait is then at least that).  Throughput is the
-# jobs claimed in the first `window` seconds (while traffic arrives), per
-# second.  Jain's index is over the tenants' service in that window, each
+# Waits are from enqueue to the job's first start.  A job never started
+# counts as waiting until the run ended (its wait is then at least that).
+# Throughput is the jobs started in the first `window` seconds (while traffic
+# arrives), per second.  A run named "empty" (the small tenants alone, with
+# --empty-queue) is shown too: their wait on an empty queue.  Jain's index is over the tenants' service in that window, each
 # divided by its max-min fair share of it (what it would get if capacity were
 # shared equally among the tenants with work, none getting more than it
 # asked for): 1 is perfectly fair, 1/n is one tenant taking everything.
 require "optparse"
 require "pg"
 
-opts = { db: "", window: 20.0, picture: "fairshare-demo.png", data: nil }
+opts = { db: "", window: 20.0, picture: "fairshare-demo.png", data: nil, library: "Solid Queue" }
 OptionParser.new do |p|
   p.on("--db CONNINFO") { |v| opts[:db] = v }
   p.on("--window SECONDS", Float) { |v| opts[:window] = v }
   p.on("--picture FILE") { |v| opts[:picture] = v }
   p.on("--data DIR", "where to write the plot's data files") { |v| opts[:data] = v }
+  p.on("--library NAME", "the queue library's name, for the labels") { |v| opts[:library] = v }
 end.parse!
 
-RUNS = [["fifo", "FIFO (Solid Queue's claim)"], ["fair", "fairshare (fs_claim)"]].freeze
-GREEDY = "tenant_greedy"
+RUNS = [["fifo", "FIFO (#{opts[:library]}, stock)"], ["fair", "fairshare (its integration)"]].freeze
+GREEDY = "greedy"
 
 def percentile(sorted, pct)
   return nil if sorted.empty?
@@ -63,10 +65,11 @@ end
 
 conn = PG.connect(opts[:db])
 stats = {}
+empty = conn.exec_params("SELECT enqueued, started FROM demo_results WHERE run = 'empty'").to_a
 RUNS.each do |run, _|
-  rows = conn.exec_params("SELECT tenant, enqueued, claimed FROM demo_results WHERE run = $1", [run]).to_a
+  rows = conn.exec_params("SELECT tenant, enqueued, started, starts FROM demo_results WHERE run = $1", [run]).to_a
   abort("no results for the #{run} run") if rows.empty?
-  jobs = rows.map { |r| [r["tenant"], r["enqueued"].to_f, r["claimed"]&.to_f] }
+  jobs = rows.map { |r| [r["tenant"], r["enqueued"].to_f, r["started"]&.to_f] }
   ended = jobs.map { |_, _, c| c }.compact.max || opts[:window]
   wait = ->(j) { (j[2] || ended) - j[1] }
   small = jobs.reject { |j| j[0] == GREEDY }
@@ -90,7 +93,9 @@ RUNS.each do |run, _|
     greedy_total: greedy.size,
     greedy_in_window: greedy_claimed.count { |j| j[2] <= opts[:window] },
     throughput: in_window.size / opts[:window],
-    jain: jain(ratios), ended: ended
+    jain: jain(ratios), ended: ended,
+    run_twice: rows.count { |r| r["starts"].to_i > 1 },
+    never_started: rows.count { |r| r["starts"].to_i.zero? }
   }
 
   if opts[:data]
@@ -109,35 +114,52 @@ fifo = stats["fifo"]
 fair = stats["fair"]
 lines = [
   ["", RUNS[0][1], RUNS[1][1]],
-  ["small tenants' jobs claimed (#{fifo[:small_tenants]} tenants)",
+  ["small tenants' jobs started (#{fifo[:small_tenants]} tenants)",
    "#{fifo[:small_claimed]} of #{fifo[:small_total]}", "#{fair[:small_claimed]} of #{fair[:small_total]}"],
   ["  their wait p50", secs.call(fifo[:small_p50]), secs.call(fair[:small_p50])],
   ["  their wait p99", secs.call(fifo[:small_p99]), secs.call(fair[:small_p99])],
-  ["greedy tenant's jobs claimed in the first #{opts[:window].round} s",
+  ["greedy tenant's jobs started in the first #{opts[:window].round} s",
    "#{fifo[:greedy_in_window]} of #{fifo[:greedy_total]}", "#{fair[:greedy_in_window]} of #{fair[:greedy_total]}"],
   ["throughput, first #{opts[:window].round} s (jobs/s)", format("%.1f", fifo[:throughput]),
    format("%.1f", fair[:throughput])],
   ["Jain's index (1 = fair)", fifo[:jain] ? format("%.3f", fifo[:jain]) : "-",
-   fair[:jain] ? format("%.3f", fair[:jain]) : "-"]
+   fair[:jain] ? format("%.3f", fair[:jain]) : "-"],
+  ["jobs run twice", fifo[:run_twice].to_s, fair[:run_twice].to_s],
+  ["jobs not started when the run ended", fifo[:never_started].to_s, fair[:never_started].to_s]
 ]
+empty_p99 = nil
+unless empty.empty?
+  empty_ended = empty.map { |r| r["started"]&.to_f }.compact.max || opts[:window]
+  waits = empty.map { |r| (r["started"]&.to_f || empty_ended) - r["enqueued"].to_f }.sort
+  empty_p99 = percentile(waits, 99)
+  lines << ["small tenants alone (empty queue): wait p99", "", secs.call(empty_p99)]
+end
 widths = (0..2).map { |i| lines.map { |l| l[i].size }.max }
 lines.each { |l| puts(format("%-#{widths[0]}s   %#{widths[1]}s   %#{widths[2]}s", *l)) }
 puts
 
-if fifo[:small_p99] && fair[:small_p99]&.positive?
-  puts(format("fairshare cut the small tenants' p99 wait from %.2f s to %.2f s (%.0fx lower), " \
-              "at %.0f%% of FIFO's throughput.",
-              fifo[:small_p99], fair[:small_p99], fifo[:small_p99] / fair[:small_p99],
-              100.0 * fair[:throughput] / [fifo[:throughput], 1e-9].max))
-end
+# The verdict, the demo's last line (after the picture's).
+verdict = if fifo[:small_p99] && fair[:small_p99]&.positive?
+            format("fairshare cut the small tenants' p99 wait from %.2f s to %.2f s (%.0fx lower), " \
+                   "at %.0f%% of FIFO's throughput.",
+                   fifo[:small_p99], fair[:small_p99], fifo[:small_p99] / fair[:small_p99],
+                   100.0 * fair[:throughput] / [fifo[:throughput], 1e-9].max)
+          else
+            "fairshare could not be compared with FIFO: a run started no small tenant's job."
+          end
 
 # Machine-readable line for scripts and tests.
 puts(format("RESULT fifo_small_p99=%.4f fair_small_p99=%.4f fifo_throughput=%.2f fair_throughput=%.2f " \
-            "fifo_jain=%.4f fair_jain=%.4f",
+            "fifo_jain=%.4f fair_jain=%.4f fifo_run_twice=%d fair_run_twice=%d " \
+            "fifo_not_started=%d fair_not_started=%d empty_small_p99=%.4f",
             fifo[:small_p99] || -1, fair[:small_p99] || -1, fifo[:throughput], fair[:throughput],
-            fifo[:jain] || -1, fair[:jain] || -1))
+            fifo[:jain] || -1, fair[:jain] || -1, fifo[:run_twice], fair[:run_twice],
+            fifo[:never_started], fair[:never_started], empty_p99 || -1))
 
-exit(0) unless opts[:data]
+unless opts[:data]
+  puts(verdict)
+  exit(0)
+end
 
 ymax = [fifo[:small_max] || 0, fair[:small_max] || 0, fifo[:ended], fair[:ended]].max * 1.05
 xmax = [fifo[:ended], fair[:ended]].max * 1.02
@@ -145,8 +167,8 @@ script = <<~GNUPLOT
   set terminal pngcairo size 1400,560 font "sans,11" noenhanced
   set output "#{opts[:picture]}"
   set multiplot layout 1,2 title "One greedy tenant floods the queue; small tenants trickle in. How long did each job wait?" font "sans,13"
-  set xlabel "seconds since the flood, when the job was claimed"
-  set ylabel "wait from enqueue to claim (s)"
+  set xlabel "seconds since the flood, when the job started"
+  set ylabel "wait from enqueue to start (s)"
   set xrange [0:#{xmax}]
   set yrange [0:#{ymax}]
   set grid
@@ -162,3 +184,4 @@ GNUPLOT
 IO.popen(["gnuplot"], "w") { |g| g.write(script) }
 abort("gnuplot failed") unless $?.success?
 puts("picture: #{File.expand_path(opts[:picture])}")
+puts(verdict)

@@ -1,29 +1,32 @@
--- The demo's own bookkeeping, next to Solid Queue's tables (schema.sql):
--- when each job was claimed, recorded by a trigger on the claimed executions
--- so that the workers stay stock, and the results of each run.
+-- The demo's own bookkeeping, next to the queue library's tables.  The
+-- library's enqueue adapter records each job it enqueues, and the job itself
+-- records when it started, so that every library is measured the same way
+-- and its workers stay stock.
 
-CREATE TABLE demo_claims (
-    job_id     bigint PRIMARY KEY,
-    claimed_at timestamptz NOT NULL
+CREATE TABLE demo_enqueued (
+    ref         text PRIMARY KEY,
+    tenant      text NOT NULL,
+    enqueued_at timestamptz NOT NULL
 );
-COMMENT ON TABLE demo_claims IS 'demo: when each job of the current run was claimed';
+COMMENT ON TABLE demo_enqueued IS 'demo: each job of the current run, its tenant, and when it was enqueued';
 
-CREATE FUNCTION demo_record_claim() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO demo_claims (job_id, claimed_at) VALUES (NEW.job_id, clock_timestamp())
-    ON CONFLICT (job_id) DO NOTHING;
-    RETURN NULL;
-END $$;
-COMMENT ON FUNCTION demo_record_claim() IS 'demo: records a claim in demo_claims';
-CREATE TRIGGER demo_record_claim AFTER INSERT ON solid_queue_claimed_executions
-    FOR EACH ROW EXECUTE FUNCTION demo_record_claim();
+-- No unique constraint: a job run twice shows up twice.
+CREATE TABLE demo_started (
+    ref        text NOT NULL,
+    worker     text,
+    started_at timestamptz NOT NULL
+);
+CREATE INDEX demo_started_ref ON demo_started (ref);
+COMMENT ON TABLE demo_started IS 'demo: each start of a job of the current run, by which worker';
 
--- One row per job of a finished run: its tenant, and when it was enqueued
--- and claimed, in seconds since the run started (claimed NULL: never).
+-- One row per job of a finished run: its tenant, when it was enqueued and
+-- first started, in seconds since the run started (started NULL: never), and
+-- how many times it started.
 CREATE TABLE demo_results (
     run      text NOT NULL,
     tenant   text NOT NULL,
     enqueued float8 NOT NULL,
-    claimed  float8
+    started  float8,
+    starts   int NOT NULL
 );
-COMMENT ON TABLE demo_results IS 'demo: each job of each run, with its enqueue and claim times';
+COMMENT ON TABLE demo_results IS 'demo: each job of each run, with its enqueue and first start times';
