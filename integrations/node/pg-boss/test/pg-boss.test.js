@@ -203,6 +203,7 @@ test('a greedy tenant with thousands of jobs does not starve small tenants trick
     assert.ok(waits[19] < 3000, `max wait ${waits[19]} ms`);
   } finally {
     await Promise.all(ws.map((w) => w.stop()));
+    await boss.deleteAllJobs('fair');
   }
 });
 
