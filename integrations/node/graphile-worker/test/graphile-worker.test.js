@@ -157,6 +157,32 @@ test('a failed job is retried after its backoff until it succeeds; one out of at
   }
 });
 
+test('a job left locked by a killed worker runs again once its lock expires (4 h)', async () => {
+  await addJobs([{ task: 'abandoned', payload: { tenant: 'x', msFirst: 60000 } }]);
+  const [doomed] = await workers(1, { tasks: ['abandoned'], concurrency: 1, name: 'doomed' });
+  const locked = `SELECT count(*)::int AS n FROM graphile_worker.jobs
+                   WHERE task_identifier = 'abandoned' AND locked_at IS NOT NULL`;
+  await waitFor('the job to be locked', async () =>
+    (await withClient(db, (c) => c.query(locked))).rows[0].n === 1);
+  assert.equal(await leasesHeld(), 1);
+  doomed.proc.kill('SIGKILL');
+  await doomed.stop();
+  // four hours pass for the lock: graphile-worker's resetLockedAt frees it
+  await withClient(db, (c) => c.query(`UPDATE graphile_worker._private_jobs SET locked_at = now() - interval '5 hours'
+    WHERE locked_at IS NOT NULL AND task_id = (SELECT id FROM graphile_worker._private_tasks WHERE identifier = 'abandoned')`));
+  const [w] = await workers(1, {
+    tasks: ['abandoned'], concurrency: 1, name: 'rescuer',
+    preset: { worker: { minResetLockedInterval: 200, maxResetLockedInterval: 400 } },
+  });
+  try {
+    const r = await waitRuns('abandoned', 1, 30000);
+    assert.deepEqual(r.map((x) => [x.worker, x.attempt]), [['rescuer', 2]]);
+    await waitFor('leases released', async () => (await leasesHeld()) === 0);
+  } finally {
+    await w.stop();
+  }
+});
+
 test('jobs with a forbidden flag are left alone; the others run', async () => {
   await addJobs([
     { task: 'flags', payload: { tenant: 'f', n: 1 }, options: { flags: ['paused'] } },

@@ -1,8 +1,9 @@
 // A real graphile-worker process for the tests: runs the configured tasks
 // (fair through fairPool, or stock) and records each run in table runs.
 // Config (JSON, argv[2]): db, tasks, mode ('fair'|'fifo'), concurrency, name,
-// preparedStatements, forbiddenFlags. A job's payload may hold ms (how long
-// it runs) and failTimes (how many attempts fail before one succeeds).
+// preparedStatements, forbiddenFlags, preset (a graphile-config preset). A job's payload may hold ms (how long
+// it runs), msFirst (how long its first attempt runs) and failTimes (how
+// many attempts fail before one succeeds).
 import pg from 'pg';
 import { run, Logger } from 'graphile-worker';
 import { fairPool } from '../src/index.js';
@@ -10,13 +11,14 @@ import { fairPool } from '../src/index.js';
 const config = JSON.parse(process.argv[2]);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// The task handler: records the run, sleeps payload.ms, fails while the
-// attempt number is at most payload.failTimes.
+// The task handler: sleeps payload.ms (payload.msFirst on the first
+// attempt), fails while the attempt number is at most payload.failTimes, and
+// records the run.
 function task(name, pool) {
   return async (payload, helpers) => {
     const started = new Date();
-    await sleep(payload?.ms ?? 0);
     const attempt = helpers.job.attempts;
+    await sleep(attempt === 1 && payload?.msFirst != null ? payload.msFirst : (payload?.ms ?? 0));
     const fail = (payload?.failTimes ?? 0) >= attempt;
     await pool.query(
       `INSERT INTO runs (job_id, task, tenant, worker, attempt, started_at, finished_at, ok)
@@ -46,6 +48,7 @@ async function main() {
     noPreparedStatements: config.preparedStatements === false,
     forbiddenFlags: config.forbiddenFlags,
     logger: quietLogger,
+    preset: config.preset,
   });
   let stopping = false;
   const stop = async () => {

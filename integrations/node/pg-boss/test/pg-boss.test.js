@@ -14,7 +14,7 @@ let boss;
 
 before(async () => {
   db = await createDatabase(process.env.FS_TEST_DB_PGBOSS ?? 'fs_node_pgboss');
-  boss = new PgBoss({ ...db, schedule: false, supervise: false });
+  boss = new PgBoss({ ...db, schedule: false, supervise: false, monitorIntervalSeconds: 1 });
   boss.on('error', (e) => console.error(e.message));
   await boss.start();
   await withClient(db, (c) => c.query(`CREATE TABLE runs (job_id uuid, queue text, tenant text,
@@ -133,6 +133,31 @@ test('a failed job goes back to retry and is claimed again until it succeeds', a
     const r = await waitRuns('retry', 1, 40000);
     assert.deepEqual(r.map((x) => [x.attempt, x.ok]), [[0, false], [1, false], [2, true]]);
     await waitFor('completed', async () => (await boss.getJobById('retry', id)).state === 'completed');
+    await waitFor('leases released', async () => (await leasesHeld(fq)) === 0);
+  } finally {
+    await w.stop();
+  }
+});
+
+test('a job whose worker died expires, goes back to retry, and another worker runs it', async () => {
+  const { fairQueue: fq } = await fairQueue('expire', { expireInSeconds: 2, retryLimit: 1, retryDelay: 0 });
+  const [id] = await sendAll('expire', [{ data: { tenant: 'x', msFirst: 60000 } }]);
+  const [doomed] = await workers(1, { queues: ['expire'], name: 'doomed' });
+  await waitFor('the job to be active', async () => (await boss.getJobById('expire', id)).state === 'active');
+  assert.equal(await leasesHeld(fq), 1);
+  doomed.proc.kill('SIGKILL');
+  await doomed.stop();
+  // pg-boss's supervisor fails the expired job (state retry): its lease ends
+  await waitFor('the job to expire', async () => {
+    await boss.supervise('expire');
+    return (await boss.getJobById('expire', id)).state === 'retry';
+  }, 20000, 500);
+  await waitFor('the lease released', async () => (await leasesHeld(fq)) === 0);
+  const [w] = await workers(1, { queues: ['expire'], name: 'rescuer' });
+  try {
+    const r = await waitRuns('expire', 1, 30000);
+    assert.deepEqual(r.map((x) => [x.worker, x.attempt]), [['rescuer', 1]]);
+    await waitFor('completed', async () => (await boss.getJobById('expire', id)).state === 'completed');
     await waitFor('leases released', async () => (await leasesHeld(fq)) === 0);
   } finally {
     await w.stop();

@@ -1,7 +1,8 @@
 // A real pg-boss worker process for the tests: works the configured queues
 // (fair through fairPgBoss, or stock) and records each run in table runs.
 // Config (JSON, argv[2]): db, queues, mode ('fair'|'fifo'), batchSize,
-// localConcurrency, name. A job's data may hold ms (how long it runs) and
+// localConcurrency, name, bossOptions (more PgBoss options). A job's data may
+// hold ms (how long it runs), msFirst (how long its first attempt runs) and
 // failTimes (how many attempts fail before one succeeds).
 import { PgBoss } from 'pg-boss';
 import { fairPgBoss } from '../src/index.js';
@@ -9,12 +10,12 @@ import { fairPgBoss } from '../src/index.js';
 const config = JSON.parse(process.argv[2]);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// Runs one job: records its run, sleeps data.ms, fails while the attempt is
-// below data.failTimes.
+// Runs one job: sleeps data.ms (data.msFirst on the first attempt), fails
+// while the attempt is below data.failTimes, and records the run.
 async function runJob(boss, job) {
   const started = new Date();
   const data = job.data ?? {};
-  await sleep(data.ms ?? 0);
+  await sleep(job.retryCount === 0 && data.msFirst != null ? data.msFirst : (data.ms ?? 0));
   const fail = (data.failTimes ?? 0) > job.retryCount;
   await boss.getDb().executeSql(
     `INSERT INTO runs (job_id, queue, tenant, worker, attempt, started_at, finished_at, ok)
@@ -25,7 +26,7 @@ async function runJob(boss, job) {
 
 // Starts the worker, prints "ready", stops gracefully on SIGTERM/SIGINT.
 async function main() {
-  const stock = new PgBoss({ ...config.db, max: (config.localConcurrency ?? 1) + 4, schedule: false });
+  const stock = new PgBoss({ ...config.db, max: (config.localConcurrency ?? 1) + 4, schedule: false, ...config.bossOptions });
   const boss = config.mode === 'fair' ? fairPgBoss(stock, { queues: config.queues }) : stock;
   boss.on('error', (e) => console.error(`[${config.name}]`, e.message));
   await boss.start();
