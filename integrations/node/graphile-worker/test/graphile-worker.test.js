@@ -165,6 +165,9 @@ test('a job left locked by a killed worker runs again once its lock expires (4 h
   await waitFor('the job to be locked', async () =>
     (await withClient(db, (c) => c.query(locked))).rows[0].n === 1);
   assert.equal(await leasesHeld(), 1);
+  const lease = await withClient(db, async (c) => (await c.query(`SELECT round(extract(epoch FROM
+    expires_at - acquired_at))::int AS s FROM fs_leases WHERE queue = 'graphile_worker'`)).rows.map((x) => x.s));
+  assert.deepEqual(lease, [4 * 3600 + 300], 'the lease outlives the 4 h lock by 5 minutes');
   doomed.proc.kill('SIGKILL');
   await doomed.stop();
   // four hours pass for the lock: graphile-worker's resetLockedAt frees it

@@ -12,8 +12,9 @@
 
 export const DEFAULT_TENANT = 'default';
 export const DEFAULT_SCHEMA = 'pgboss';
-// pg-boss's default expiration (expireInSeconds) is 15 minutes: a lease a
-// minute longer outlives every job pg-boss itself has not failed yet.
+// A lease outlives its job by a minute: pg-boss fails a job that ran past its
+// expiration (expireInSeconds, 15 minutes by default), which ends the lease.
+// This one is for a queue pg-boss has no row for.
 export const DEFAULT_LEASE = '16 minutes';
 
 // The fairshare queue that stands for a pg-boss queue, unless one is given.
@@ -116,7 +117,10 @@ const FETCH_UPDATE = /\n\s*UPDATE \S+ j SET\n\s*state = 'active',/;
 // from fs_claim() (locked, leased, in fair order across tenants), filtered
 // by the same conditions pg-boss puts on them. Returns null for any other
 // statement, or a fetch from a queue not in `queues`. The fairshare queue
-// name and the lease are bound as parameters after pg-boss's own.
+// name, the lease and the queue's name are bound as parameters after
+// pg-boss's own. The lease is the queue's expiration (expireInSeconds) plus
+// a minute, read from pg-boss's queue table at each fetch, unless one was
+// given.
 export function rewriteFetch(text, values, queues) {
   if (typeof text !== 'string' || !FETCH_UPDATE.test(text)) return null;
   const m = FETCH_CTE.exec(text);
@@ -125,22 +129,27 @@ export function rewriteFetch(text, values, queues) {
   const fair = queues.get(name);
   if (!fair) return null;
   const params = [...(values ?? [])];
-  params.push(fair.fairQueue, fair.lease);
-  const q = `$${params.length - 1}`;
-  const lease = `$${params.length}::interval`;
-  const claimed = `(SELECT (c.job).* FROM fs_claim(${q}::text, NULL::${m[2]}, ${m[5]}, ${lease}) c)`;
+  params.push(fair.fairQueue, fair.lease, name);
+  const n = params.length;
+  const schema = m[2].slice(0, m[2].lastIndexOf('.'));
+  // the queue's expiration plus a minute, unless a lease was given
+  const lease = `coalesce($${n - 1}::interval,
+      (SELECT make_interval(secs => expire_seconds + 60) FROM ${schema}.queue WHERE name = $${n}::text),
+      '${DEFAULT_LEASE}'::interval)`;
+  const claimed = `(SELECT (c.job).* FROM fs_claim($${n - 2}::text, NULL::${m[2]}, ${m[5]}, ${lease}) c)`;
   const cte = `${m[1]}${claimed} j${m[3]}${m[7]}`;
   return { text: text.slice(0, m.index) + cte + text.slice(m.index + m[0].length), values: params };
 }
 
 // Normalises the queues option to a Map of pg-boss queue name ->
 // { fairQueue, lease }. Accepts ['q1', 'q2'] or { q1: { fairQueue, lease } }.
+// A lease of null means the queue's expiration plus a minute.
 function queueMap(queues, lease) {
   const entries = Array.isArray(queues) ? queues.map((q) => [q, {}]) : Object.entries(queues ?? {});
   if (entries.length === 0) throw new TypeError('fairPgBoss() needs the queues to make fair');
   return new Map(entries.map(([name, o]) => [name, {
     fairQueue: o.fairQueue ?? fairQueueName(name),
-    lease: o.lease ?? lease,
+    lease: o.lease ?? lease ?? null,
   }]));
 }
 
@@ -160,7 +169,7 @@ function wrapExecuteSql(target, queues) {
 //
 //   const boss = fairPgBoss(new PgBoss(url), { queues: ['email'] });
 export function fairPgBoss(boss, options = {}) {
-  const queues = queueMap(options.queues, options.lease ?? DEFAULT_LEASE);
+  const queues = queueMap(options.queues, options.lease);
   const db = boss.getDb();
   if (db.__fairshare) throw new Error('fairPgBoss() was already applied to this instance');
   wrapExecuteSql(db, queues);

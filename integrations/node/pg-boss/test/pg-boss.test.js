@@ -59,6 +59,13 @@ async function leasesHeld(fairQueueName) {
     [fairQueueName])).rows[0].n));
 }
 
+// The lengths of the leases held in a queue, in seconds.
+async function leaseSeconds(fairQueueName) {
+  return withClient(db, async (c) => (await c.query(
+    'SELECT round(extract(epoch FROM expires_at - acquired_at))::int AS s FROM fs_leases WHERE queue = $1',
+    [fairQueueName])).rows.map((x) => x.s));
+}
+
 // Starts n worker processes of the given config.
 async function workers(n, config) {
   return Promise.all(Array.from({ length: n }, (_, i) =>
@@ -145,6 +152,7 @@ test('a job whose worker died expires, goes back to retry, and another worker ru
   const [doomed] = await workers(1, { queues: ['expire'], name: 'doomed' });
   await waitFor('the job to be active', async () => (await boss.getJobById('expire', id)).state === 'active');
   assert.equal(await leasesHeld(fq), 1);
+  assert.deepEqual(await leaseSeconds(fq), [62], 'the lease is the expiration plus a minute');
   doomed.proc.kill('SIGKILL');
   await doomed.stop();
   // pg-boss's supervisor fails the expired job (state retry): its lease ends
