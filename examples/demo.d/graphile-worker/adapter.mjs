@@ -61,6 +61,7 @@ async function worker(o) {
   if (o.mode !== 'fair' && o.mode !== 'fifo') throw new Error('--mode is fifo or fair');
   const pool = new pg.Pool({ connectionString: url, max: threads + 4 });
   pool.on('error', (e) => console.error(`${name}:`, e.message));
+  pool.on('connect', (client) => client.on('error', (e) => console.error(`${name}:`, e.message)));
   const pgPool = o.mode === 'fair' ? fairPool(pool) : pool;
   const runner = await run({
     pgPool,

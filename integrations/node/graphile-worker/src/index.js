@@ -82,19 +82,30 @@ export function quoteIdent(name) {
 // row locks fs_claim() takes instead.
 const CLAIM_CTE = /^with (j|j_raw) as \(\n  select jobs\.job_queue_id, jobs\.priority, jobs\.run_at, jobs\.id\n    from (\S+\._private_jobs) as jobs\n(    where jobs\.is_available = true\n[\s\S]*?\n    limit (\d+))\n    for update\n    skip locked\n\)/;
 
+// The UPDATE that locks the claimed jobs: only such a statement is a claim.
+const CLAIM_UPDATE = /update \S+\._private_jobs as jobs\s+set\s+attempts = jobs\.attempts \+ 1,\s+locked_by = \$1::text/;
+
 // Rewrites graphile-worker's claim statement so that its candidates come
 // from fs_claim(): only jobs of the tasks in $2 (the task ids the worker
 // serves) without a flag of $3 (the forbidden flags, when given), in fair
 // order across tenants. Both are the claim's selection over the selector
 // "<task_id>:<flags as jsonb text>": tasks as '<id>:*', each forbidden flag
 // as '*:*"<flag>":*' (its JSON key), so a tenant whose next job is excluded
-// has its other jobs claimed, not passed over. Returns null for
-// any other statement. The fairshare queue name and the lease are bound as
-// parameters after graphile-worker's own.
+// has its other jobs claimed, not passed over. Returns null for any other
+// statement; throws for a claim it cannot parse (another graphile-worker).
+// The fairshare queue name and the lease are bound as parameters after
+// graphile-worker's own.
 export function rewriteClaim(text, values, options) {
   if (typeof text !== 'string') return null;
   const m = CLAIM_CTE.exec(text);
-  if (!m) return null;
+  if (!m) {
+    // a claim of another shape (a graphile-worker this package does not
+    // know): refuse rather than claim in the stock order unnoticed
+    if (CLAIM_UPDATE.test(text)) {
+      throw new Error('@fairshare/graphile-worker does not recognise this graphile-worker claim statement; use a graphile-worker version it supports');
+    }
+    return null;
+  }
   const params = [...(values ?? [])];
   params.push(options.queue, options.lease);
   const q = `$${params.length - 1}::text`;

@@ -79,6 +79,12 @@ const stopAll = (ws) => Promise.all(ws.map((w) => w.stop()));
 test('only graphile-worker claim statements are rewritten', () => {
   assert.equal(rewriteClaim('select 1', [], { queue: 'q', lease: '1 hour' }), null);
   assert.equal(rewriteClaim(undefined, [], { queue: 'q', lease: '1 hour' }), null);
+  const unknown = `with x as (select 1)
+  update "graphile_worker"._private_jobs as jobs
+    set
+      attempts = jobs.attempts + 1,
+      locked_by = $1::text, locked_at = now() from x returning *`;
+  assert.throws(() => rewriteClaim(unknown, [], { queue: 'q', lease: '1 hour' }), /does not recognise/);
 });
 
 test('a worker claims only jobs of the tasks it serves', async () => {
@@ -269,6 +275,22 @@ test('a greedy tenant with thousands of jobs does not starve small tenants trick
     // the rest of the greedy backlog (and a job a stopped runner left locked)
     await withClient(db, (c) => c.query(`DELETE FROM graphile_worker._private_jobs WHERE task_id =
       (SELECT id FROM graphile_worker._private_tasks WHERE identifier = 'fair')`));
+  }
+});
+
+test('for contrast, stock workers leave the small tenants behind the greedy backlog', async () => {
+  await addBulk('stock', Array.from({ length: 3000 }, () => ({ tenant: 'greedy', ms: 10 })));
+  const ws = await workers(2, { mode: 'fifo', tasks: ['stock'], concurrency: 2 });
+  try {
+    await addJobs(Array.from({ length: 5 }, (_, i) => ({ task: 'stock', payload: { tenant: `small_${i}`, ms: 10 } })));
+    await sleep(2000);
+    const r = await runs('stock');
+    assert.ok(r.length > 20, `the stock workers ran ${r.length} jobs`);
+    assert.equal(r.filter((x) => x.tenant !== 'greedy').length, 0, 'no small job ran');
+  } finally {
+    await stopAll(ws);
+    await withClient(db, (c) => c.query(`DELETE FROM graphile_worker._private_jobs WHERE task_id =
+      (SELECT id FROM graphile_worker._private_tasks WHERE identifier = 'stock')`));
   }
 });
 

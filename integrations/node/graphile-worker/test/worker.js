@@ -37,6 +37,7 @@ const quietLogger = new Logger(() => (level, message) => {
 async function main() {
   const pool = new pg.Pool({ ...config.db, max: (config.concurrency ?? 1) + 4 });
   pool.on('error', (e) => console.error(`[${config.name}]`, e.message));
+  pool.on('connect', (client) => client.on('error', (e) => console.error(`[${config.name}]`, e.message)));
   const pgPool = config.mode === 'fair' ? fairPool(pool) : pool;
   const taskList = Object.fromEntries(config.tasks.map((t) => [t, task(t, pool)]));
   const runner = await run({

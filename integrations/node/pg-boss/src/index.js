@@ -116,7 +116,8 @@ const FETCH_UPDATE = /\n\s*UPDATE \S+ j SET\n\s*state = 'active',/;
 // Rewrites pg-boss's fetch statement for a fair queue: its candidates come
 // from fs_claim() (locked, leased, in fair order across tenants), filtered
 // by the same conditions pg-boss puts on them. Returns null for any other
-// statement, or a fetch from a queue not in `queues`. The fairshare queue
+// statement, or a fetch from a queue not in `queues`; throws for a fetch it
+// cannot parse (another pg-boss version). The fairshare queue
 // name, the lease and the queue's name are bound as parameters after
 // pg-boss's own. The lease is the queue's expiration (expireInSeconds) plus
 // a minute, read from pg-boss's queue table at each fetch, unless one was
@@ -124,7 +125,11 @@ const FETCH_UPDATE = /\n\s*UPDATE \S+ j SET\n\s*state = 'active',/;
 export function rewriteFetch(text, values, queues) {
   if (typeof text !== 'string' || !FETCH_UPDATE.test(text)) return null;
   const m = FETCH_CTE.exec(text);
-  if (!m) return null;
+  if (!m) {
+    // a fetch of another shape (a pg-boss this package does not know):
+    // refuse rather than fetch first in, first out unnoticed
+    throw new Error('@fairshare/pg-boss does not recognise this pg-boss fetch statement; use a pg-boss version it supports');
+  }
   const name = m[4].replace(/''/g, "'");
   const fair = queues.get(name);
   if (!fair) return null;

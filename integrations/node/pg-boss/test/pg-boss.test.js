@@ -76,6 +76,10 @@ test('only a pg-boss fetch of a fair queue is rewritten', () => {
   const queues = new Map([['a', { fairQueue: 'pgboss/a', lease: '16 minutes' }]]);
   assert.equal(rewriteFetch('SELECT 1', [], queues), null);
   assert.equal(rewriteFetch(undefined, [], queues), null);
+  const unknown = `WITH next AS (SELECT id FROM pgboss.job_common WHERE name = 'a' LIMIT 1)
+      UPDATE pgboss.job_common j SET
+        state = 'active', started_on = now() FROM next WHERE j.id = next.id RETURNING j.id`;
+  assert.throws(() => rewriteFetch(unknown, [], queues), /does not recognise/);
 });
 
 test('a worker claims only from the queue it works; the other queue keeps its jobs', async () => {
@@ -237,6 +241,25 @@ test('a greedy tenant with thousands of jobs does not starve small tenants trick
   } finally {
     await Promise.all(ws.map((w) => w.stop()));
     await boss.deleteAllJobs('fair');
+  }
+});
+
+test('for contrast, stock workers leave the small tenants behind the greedy backlog', async () => {
+  await boss.createQueue('stock');
+  await boss.insert('stock', Array.from({ length: 3000 }, () => ({ data: { tenant: 'greedy', ms: 10 } })));
+  const ws = await workers(2, { mode: 'fifo', queues: ['stock'], batchSize: 4, localConcurrency: 1 });
+  try {
+    for (let i = 0; i < 5; i++) {
+      await boss.send('stock', { tenant: `small_${i}`, ms: 10 });
+      await sleep(100);
+    }
+    await sleep(2500);
+    const r = await runs('stock');
+    assert.ok(r.length > 20, `the stock workers ran ${r.length} jobs`);
+    assert.equal(r.filter((x) => x.tenant !== 'greedy').length, 0, 'no small job ran');
+  } finally {
+    await Promise.all(ws.map((w) => w.stop()));
+    await boss.deleteAllJobs('stock');
   }
 });
 
