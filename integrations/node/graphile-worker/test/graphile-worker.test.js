@@ -244,6 +244,32 @@ test('nothing is lost or run twice with three worker processes', async () => {
   }
 });
 
+test('runners with a local queue (batched claims) lose nothing and run nothing twice', async () => {
+  const released = async () => withClient(db, async (c) => Number((await c.query(
+    "SELECT rows_released FROM fs_fairness WHERE queue = 'graphile_worker'")).rows[0].rows_released));
+  const releasedBefore = await released();
+  await addBulk('batched', Array.from({ length: 300 }, (_, i) => ({ tenant: `t${i % 5}`, ms: 2 })));
+  await addJobs(Array.from({ length: 4 }, (_, i) => ({
+    task: 'batched', payload: { tenant: `q${i}`, ms: 100 }, options: { queueName: 'batched_serial' },
+  })));
+  const ws = await workers(2, { tasks: ['batched'], concurrency: 2, preset: { worker: { localQueue: { size: 8 } } } });
+  try {
+    await waitRuns('batched', 304, 60000);
+    await sleep(500);
+    const all = await runs('batched');
+    assert.equal(all.length, 304);
+    assert.equal(new Set(all.map((x) => x.job_id)).size, 304);
+    await waitFor('every lease released through fairshare', async () => (await released()) - releasedBefore >= 304);
+    const serial = all.filter((x) => x.tenant.startsWith('q'));
+    for (let i = 1; i < serial.length; i++) {
+      assert.ok(serial[i].started_at >= serial[i - 1].finished_at, `serial run ${i} overlaps run ${i - 1}`);
+    }
+    await waitFor('leases released', async () => (await leasesHeld()) === 0);
+  } finally {
+    await stopAll(ws);
+  }
+});
+
 test('a greedy tenant with thousands of jobs does not starve small tenants trickling in', async () => {
   await addBulk('fair', Array.from({ length: 3000 }, () => ({ tenant: 'greedy', ms: 10 })));
   const ws = await workers(2, { tasks: ['fair'], concurrency: 2 });
