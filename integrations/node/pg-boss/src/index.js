@@ -169,8 +169,9 @@ function wrapExecuteSql(target, queues) {
 }
 
 // Makes the given queues of a PgBoss instance fair: call before start().
-// Returns the same instance. Wraps its database adapter (and the
-// transactions it opens, for transactional workers).
+// Returns the same instance. Wraps its database adapter, which runs every
+// fetch (transactional workers fetch through it too, before they open the
+// handler's transaction).
 //
 //   const boss = fairPgBoss(new PgBoss(url), { queues: ['email'] });
 export function fairPgBoss(boss, options = {}) {
@@ -178,14 +179,6 @@ export function fairPgBoss(boss, options = {}) {
   const db = boss.getDb();
   if (db.__fairshare) throw new Error('fairPgBoss() was already applied to this instance');
   wrapExecuteSql(db, queues);
-  if (typeof db.beginTransaction === 'function') {
-    const begin = db.beginTransaction.bind(db);
-    db.beginTransaction = async (...args) => {
-      const tx = await begin(...args);
-      if (typeof tx.executeSql === 'function') wrapExecuteSql(tx, queues);
-      return tx;
-    };
-  }
   Object.defineProperty(db, '__fairshare', { value: queues });
   return boss;
 }

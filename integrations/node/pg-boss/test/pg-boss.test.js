@@ -215,6 +215,24 @@ test('nothing is lost or run twice with three worker processes', async () => {
   }
 });
 
+test('transactional workers fetch fairly too', async () => {
+  const { fairQueue: fq } = await fairQueue('tx');
+  await boss.insert('tx', Array.from({ length: 40 }, (_, i) => ({ data: { tenant: `t${i % 4}`, ms: 5 } })));
+  const ws = await workers(2, { queues: ['tx'], batchSize: 2, transactional: true });
+  try {
+    await waitRuns('tx', 40, 30000);
+    await sleep(500);
+    const all = await runs('tx');
+    assert.equal(new Set(all.map((x) => x.job_id)).size, 40);
+    assert.equal(all.length, 40);
+    const released = await withClient(db, async (c) => Number((await c.query(
+      'SELECT rows_released FROM fs_fairness WHERE queue = $1', [fq])).rows[0].rows_released));
+    assert.equal(released, 40, 'every job was claimed through fairshare and its lease released');
+  } finally {
+    await Promise.all(ws.map((w) => w.stop()));
+  }
+});
+
 test('a greedy tenant with thousands of jobs does not starve small tenants trickling in', async () => {
   await fairQueue('fair');
   await boss.insert('fair', Array.from({ length: 3000 }, () => ({ data: { tenant: 'greedy', ms: 10 } })));

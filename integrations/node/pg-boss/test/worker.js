@@ -1,7 +1,7 @@
 // A real pg-boss worker process for the tests: works the configured queues
 // (fair through fairPgBoss, or stock) and records each run in table runs.
 // Config (JSON, argv[2]): db, queues, mode ('fair'|'fifo'), batchSize,
-// localConcurrency, name, bossOptions (more PgBoss options). A job's data may
+// localConcurrency, name, transactional, bossOptions (more PgBoss options). A job's data may
 // hold ms (how long it runs), msFirst (how long its first attempt runs) and
 // failTimes (how many attempts fail before one succeeds).
 import { PgBoss } from 'pg-boss';
@@ -35,6 +35,7 @@ async function main() {
       batchSize: config.batchSize ?? 1,
       localConcurrency: config.localConcurrency ?? 1,
       pollingIntervalSeconds: 0.5,
+      transactional: config.transactional ?? false,
     }, (jobs) => Promise.all(jobs.map((job) => runJob(boss, job))));
   }
   let stopping = false;
