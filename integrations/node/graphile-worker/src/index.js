@@ -33,7 +33,9 @@ const TENANT_SQL = `format(
 // unlocked jobs with attempts left, claimable once run_at has come and their
 // named queue (if any) is not locked; a job is running while locked_at is
 // set, so its lease ends when it completes (deleted), fails (unlocked for a
-// retry, or for good), or its lock is reset. The selector is the task id and
+// retry, or for good), or its lock is reset. The queue's lease is
+// DEFAULT_LEASE (or `lease`); maxSlots (null: no limit) bounds the slots of
+// a tenant without a limit of its own in fs_limits. The selector is the task id and
 // the job's flags, so a worker claims only jobs of the tasks it serves and
 // none with a flag it forbids.
 export async function register(client, options = {}) {
@@ -43,6 +45,7 @@ export async function register(client, options = {}) {
     tenantField = 'tenant',
     defaultTenant = DEFAULT_TENANT,
     maxSlots = null,
+    lease = DEFAULT_LEASE,
   } = options;
   const s = quoteIdent(schema);
   await client.query(`CREATE OR REPLACE FUNCTION ${s}.fs_job_queue_available(queue_id integer)
@@ -59,9 +62,10 @@ export async function register(client, options = {}) {
         key            => 'id',
         running_table  => $4::regclass,
         running_filter => 'locked_at IS NOT NULL',
-        selector       => $$task_id::text || ':' || coalesce(flags::text, '')$$) AS q`,
-    [tenantField, defaultTenant, queue, `${s}._private_jobs`, schema]);
-  await client.query(`SELECT fs_set_limit('*', $1, max_slots => $2)`, [queue, maxSlots ?? 1000000]);
+        selector       => $$task_id::text || ':' || coalesce(flags::text, '')$$,
+        max_slots      => $6::integer,
+        lease          => $7::interval) AS q`,
+    [tenantField, defaultTenant, queue, `${s}._private_jobs`, schema, maxSlots, lease]);
   return { queue, registration: rows[0].q };
 }
 
@@ -94,7 +98,7 @@ const CLAIM_UPDATE = /update \S+\._private_jobs as jobs\s+set\s+attempts = jobs\
 // has its other jobs claimed, not passed over. Returns null for any other
 // statement; throws for a claim it cannot parse (another graphile-worker).
 // The fairshare queue name and the lease are bound as parameters after
-// graphile-worker's own.
+// graphile-worker's own; a NULL lease is the registration's.
 export function rewriteClaim(text, values, options) {
   if (typeof text !== 'string') return null;
   const m = CLAIM_CTE.exec(text);
@@ -147,9 +151,10 @@ function wrapClient(client, pool, options) {
 //
 //   await run({ pgPool: fairPool(new pg.Pool({ connectionString })), taskList });
 //
-// options: queue (the fairshare queue registered with register()), lease.
+// options: queue (the fairshare queue registered with register()), lease
+// (default: the registration's).
 export function fairPool(pool, options = {}) {
-  const settings = { queue: options.queue ?? DEFAULT_QUEUE, lease: options.lease ?? DEFAULT_LEASE };
+  const settings = { queue: options.queue ?? DEFAULT_QUEUE, lease: options.lease ?? null };
   pool.on('connect', (client) => wrapClient(client, pool, settings));
   return pool;
 }

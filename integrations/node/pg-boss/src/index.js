@@ -12,10 +12,10 @@
 
 export const DEFAULT_TENANT = 'default';
 export const DEFAULT_SCHEMA = 'pgboss';
-// A lease outlives its job by a minute: pg-boss fails a job that ran past its
-// expiration (expireInSeconds, 15 minutes by default), which ends the lease.
-// This one is for a queue pg-boss has no row for.
-export const DEFAULT_LEASE = '16 minutes';
+// A lease outlives its job by LEASE_MARGIN_SECONDS: pg-boss fails a job that
+// ran past its expiration (expireInSeconds, 15 minutes by default), which
+// ends the lease.
+export const LEASE_MARGIN_SECONDS = 60;
 
 // The fairshare queue that stands for a pg-boss queue, unless one is given.
 export function fairQueueName(queue) {
@@ -33,10 +33,13 @@ const TENANT_SQL = `format(
                  ELSE md5(data->>%1$L) END, %2$L)', $1::text, $2::text, '')`;
 
 // Registers a pg-boss queue with fairshare (run once, as a migration would,
-// after boss.createQueue()): the queue's job table is both the ready table
-// (jobs in state created or retry, not blocked, start_after reached) and the
-// running table (jobs in state active), so a lease ends when its job leaves
-// 'active' (completed, failed, retried, expired, cancelled, deleted).
+// after boss.createQueue(), and again after changing its expireInSeconds):
+// the queue's job table is both the ready table (jobs in state created or
+// retry, not blocked, start_after reached) and the running table (jobs in
+// state active), so a lease ends when its job leaves 'active' (completed,
+// failed, retried, expired, cancelled, deleted). The queue's lease is its
+// expiration plus a minute; maxSlots (null: no limit) bounds the slots of a
+// tenant without a limit of its own in fs_limits.
 // `client` is anything with a pg-style query(text, values): a pg.Client,
 // pg.Pool, or pg-boss's db adapter (boss.getDb(), whose executeSql is used).
 export async function register(client, queue, options = {}) {
@@ -63,9 +66,11 @@ export async function register(client, queue, options = {}) {
                                   AND start_after <= now()', $5::text),
         key            => $6,
         running_table  => $4::regclass,
-        running_filter => format('name = %L AND state = ''active''', $5::text)) AS q`,
-    [tenantField, defaultTenant, fairQueue, table, queue, KEY_SQL]);
-  await setDefaultLimit(query, fairQueue, maxSlots);
+        running_filter => format('name = %L AND state = ''active''', $5::text),
+        max_slots      => $7::integer,
+        lease          => make_interval(secs => $8::integer)) AS q`,
+    [tenantField, defaultTenant, fairQueue, table, queue, KEY_SQL, maxSlots,
+      found.rows[0].expire_seconds + LEASE_MARGIN_SECONDS]);
   return { fairQueue, table, expireSeconds: found.rows[0].expire_seconds, registration: registered.rows[0].q };
 }
 
@@ -86,12 +91,6 @@ async function ensureKeyIndex(query, schema, tableName) {
   const indexName = `${tableName.slice(0, 50)}_fs_key`;
   await query(`CREATE UNIQUE INDEX IF NOT EXISTS ${quoteIdent(indexName)}
                  ON ${quoteIdent(schema)}.${quoteIdent(tableName)} ((${KEY_SQL}))`);
-}
-
-// Tenants without a limit of their own may hold `maxSlots` leases at once in
-// the queue (null: as many as there are workers).
-async function setDefaultLimit(query, fairQueue, maxSlots) {
-  await query(`SELECT fs_set_limit('*', $1, max_slots => $2)`, [fairQueue, maxSlots ?? 1000000]);
 }
 
 // Quotes an SQL identifier (as PostgreSQL's quote_ident does for any name).
@@ -117,11 +116,9 @@ const FETCH_UPDATE = /\n\s*UPDATE \S+ j SET\n\s*state = 'active',/;
 // from fs_claim() (locked, leased, in fair order across tenants), filtered
 // by the same conditions pg-boss puts on them. Returns null for any other
 // statement, or a fetch from a queue not in `queues`; throws for a fetch it
-// cannot parse (another pg-boss version). The fairshare queue
-// name, the lease and the queue's name are bound as parameters after
-// pg-boss's own. The lease is the queue's expiration (expireInSeconds) plus
-// a minute, read from pg-boss's queue table at each fetch, unless one was
-// given.
+// cannot parse (another pg-boss version). The fairshare queue name and the
+// lease are bound as parameters after pg-boss's own; a NULL lease is the
+// registration's (the queue's expiration plus a minute).
 export function rewriteFetch(text, values, queues) {
   if (typeof text !== 'string' || !FETCH_UPDATE.test(text)) return null;
   const m = FETCH_CTE.exec(text);
@@ -134,21 +131,17 @@ export function rewriteFetch(text, values, queues) {
   const fair = queues.get(name);
   if (!fair) return null;
   const params = [...(values ?? [])];
-  params.push(fair.fairQueue, fair.lease, name);
+  params.push(fair.fairQueue, fair.lease);
   const n = params.length;
-  const schema = m[2].slice(0, m[2].lastIndexOf('.'));
-  // the queue's expiration plus a minute, unless a lease was given
-  const lease = `coalesce($${n - 1}::interval,
-      (SELECT make_interval(secs => expire_seconds + 60) FROM ${schema}.queue WHERE name = $${n}::text),
-      '${DEFAULT_LEASE}'::interval)`;
-  const claimed = `(SELECT (c.job).* FROM fs_claim($${n - 2}::text, NULL::${m[2]}, ${m[5]}, ${lease}) c)`;
+  const claimed = `(SELECT (c.job).* FROM fs_claim($${n - 1}::text, NULL::${m[2]}, ${m[5]}, $${n}::interval) c)`;
   const cte = `${m[1]}${claimed} j${m[3]}${m[7]}`;
   return { text: text.slice(0, m.index) + cte + text.slice(m.index + m[0].length), values: params };
 }
 
 // Normalises the queues option to a Map of pg-boss queue name ->
 // { fairQueue, lease }. Accepts ['q1', 'q2'] or { q1: { fairQueue, lease } }.
-// A lease of null means the queue's expiration plus a minute.
+// A lease of null means the registration's: the queue's expiration plus a
+// minute.
 function queueMap(queues, lease) {
   const entries = Array.isArray(queues) ? queues.map((q) => [q, {}]) : Object.entries(queues ?? {});
   if (entries.length === 0) throw new TypeError('fairPgBoss() needs the queues to make fair');

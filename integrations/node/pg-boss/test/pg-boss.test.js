@@ -26,9 +26,15 @@ after(async () => {
 });
 
 // Creates a pg-boss queue and registers it with fairshare.
-async function fairQueue(name, options = {}) {
+async function fairQueue(name, options = {}, registration = {}) {
   await boss.createQueue(name, options);
-  return register(boss.getDb(), name);
+  return register(boss.getDb(), name, registration);
+}
+
+// Whether any two of the runs overlap in time.
+function overlapping(r) {
+  const sorted = [...r].sort((a, b) => a.started_at - b.started_at);
+  return sorted.some((x, i) => i > 0 && x.started_at < sorted[i - 1].finished_at);
 }
 
 // Sends jobs one by one (each its own insert, in order) and returns their ids.
@@ -147,6 +153,21 @@ test('a failed job goes back to retry and is claimed again until it succeeds', a
     await waitFor('leases released', async () => (await leasesHeld(fq)) === 0);
   } finally {
     await w.stop();
+  }
+});
+
+test('a lone tenant uses every free worker by default; maxSlots bounds it', async () => {
+  await fairQueue('solo_free');
+  await fairQueue('solo_one', {}, { maxSlots: 1 });
+  const jobs = Array.from({ length: 6 }, () => ({ data: { tenant: 'solo', ms: 300 } }));
+  await sendAll('solo_free', jobs);
+  await sendAll('solo_one', jobs);
+  const ws = await workers(2, { queues: ['solo_free', 'solo_one'], batchSize: 2 });
+  try {
+    assert.ok(overlapping(await waitRuns('solo_free', 6)), 'without a limit, its jobs ran side by side');
+    assert.ok(!overlapping(await waitRuns('solo_one', 6)), 'with maxSlots 1, one at a time');
+  } finally {
+    await Promise.all(ws.map((w) => w.stop()));
   }
 });
 
