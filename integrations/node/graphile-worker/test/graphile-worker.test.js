@@ -228,6 +228,21 @@ test('a job is not claimed before its run_at; a job without tenant runs as "defa
   }
 });
 
+test('tenants fairshare cannot track ("*", empty, over 63 bytes) still run', async () => {
+  const long = 'x'.repeat(70);
+  await addJobs(['*', '', long].map((tenant) => ({ task: 'odd', payload: { tenant } })));
+  const ws = await workers(1, { tasks: ['odd'], concurrency: 1 });
+  try {
+    await waitRuns('odd', 3);
+    const tenants = await withClient(db, async (c) => (await c.query(
+      "SELECT tenant FROM fs_fair_shares WHERE queue = 'graphile_worker' AND tenant IN ('default', md5($1))",
+      [long])).rows.map((x) => x.tenant));
+    assert.equal(tenants.length, 2, `tenants: ${tenants}`);
+  } finally {
+    await stopAll(ws);
+  }
+});
+
 test('nothing is lost or run twice with three worker processes', async () => {
   await addBulk('many', Array.from({ length: 600 }, (_, i) => ({ tenant: `t${i % 7}`, ms: 2 })));
   const ws = await workers(3, { tasks: ['many'], concurrency: 3 });

@@ -218,6 +218,22 @@ test('a job with startAfter is not claimed before its time; a job without tenant
   }
 });
 
+test('tenants fairshare cannot track ("*", empty, over 63 bytes) still run', async () => {
+  const long = 'x'.repeat(70);
+  await fairQueue('odd');
+  await sendAll('odd', ['*', '', long].map((tenant) => ({ data: { tenant } })));
+  const [w] = await workers(1, { queues: ['odd'] });
+  try {
+    await waitRuns('odd', 3);
+    const tenants = await withClient(db, async (c) => (await c.query(
+      "SELECT tenant FROM fs_fair_shares WHERE queue = 'pgboss/odd' ORDER BY 1")).rows.map((x) => x.tenant));
+    const md5 = await withClient(db, async (c) => (await c.query('SELECT md5($1) AS h', [long])).rows[0].h);
+    assert.deepEqual(tenants, [md5, 'default'].sort());
+  } finally {
+    await w.stop();
+  }
+});
+
 test('nothing is lost or run twice with three worker processes', async () => {
   const { fairQueue: fq } = await fairQueue('many');
   const jobs = Array.from({ length: 600 }, (_, i) => ({ tenant: `t${i % 7}`, ms: 2 }));
