@@ -80,3 +80,53 @@ module WorkerProcesses
     FileUtils.rm_rf(@app_root) if @app_root && passed?
   end
 end
+
+# PgBouncer in transaction mode in front of the test server, started as the
+# postgres user on a free port of 6601-6609.
+module PgBouncer
+  # Starts pgbouncer for `dbname`; returns its port.  Stopped by stop_pgbouncer.
+  def start_pgbouncer(dbname)
+    port = (6601..6609).find { |p| port_free?(p) } or flunk("no free port for pgbouncer in 6601-6609")
+    dir = Dir.mktmpdir("fairshare-pgbouncer-")
+    FileUtils.chmod(0o777, dir)
+    ini = File.join(dir, "pgbouncer.ini")
+    File.write(ini, <<~INI)
+      [databases]
+      #{dbname} = host=#{ENV.fetch("PGHOST")} port=#{ENV.fetch("PGPORT")} dbname=#{dbname} user=#{ENV.fetch("PGUSER")}
+      [pgbouncer]
+      listen_addr = 127.0.0.1
+      listen_port = #{port}
+      unix_socket_dir =
+      auth_type = any
+      pool_mode = transaction
+      default_pool_size = 20
+      max_client_conn = 200
+      logfile = #{dir}/pgbouncer.log
+      pidfile = #{dir}/pgbouncer.pid
+    INI
+    runner = ::Process.uid.zero? ? ["runuser", "-u", "postgres", "--"] : []
+    exe = File.exist?("/usr/sbin/pgbouncer") ? "/usr/sbin/pgbouncer" : "pgbouncer"
+    system(*runner, exe, "-d", ini, exception: true)
+    @pgbouncer_dir = dir
+    wait_until(10, "pgbouncer to listen") { !port_free?(port) }
+    port
+  end
+
+  def stop_pgbouncer
+    return unless @pgbouncer_dir
+
+    pid = File.read(File.join(@pgbouncer_dir, "pgbouncer.pid")).to_i
+    ::Process.kill("TERM", pid)
+    sleep 0.1 while (::Process.kill(0, pid) rescue false)
+    FileUtils.rm_rf(@pgbouncer_dir)
+    @pgbouncer_dir = nil
+  end
+
+  def port_free?(port)
+    require "socket"
+    TCPServer.new("127.0.0.1", port).close
+    true
+  rescue Errno::EADDRINUSE, Errno::EACCES
+    false
+  end
+end
