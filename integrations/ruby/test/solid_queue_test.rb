@@ -9,6 +9,7 @@ require_relative "support/solid_queue_app"
 
 class SolidQueueTest < Minitest::Test
   include WorkerProcesses
+  include PgBouncer
   APP = File.join(WorkerProcesses::SUPPORT, "solid_queue_app.rb")
 
   def setup
@@ -18,6 +19,7 @@ class SolidQueueTest < Minitest::Test
 
   def teardown
     teardown_workers
+    stop_pgbouncer
   end
 
   # Solid Queue's own tables from its install template (force: :cascade
@@ -168,5 +170,21 @@ class SolidQueueTest < Minitest::Test
     assert_equal 1, slots_in_use("tenant_long"), "the lease outlived its 3 s through renewals"
     wait_until(30, "the long job to finish") { finished_jobs == 1 }
     wait_until(5, "the release") { slots_in_use("tenant_long").zero? }
+  end
+
+  # Workers connected through PgBouncer in transaction mode (Active Record
+  # with prepared_statements: false): the claim, its lease and the release
+  # all happen inside transactions, so they work across pooled connections.
+  def test_workers_through_pgbouncer_in_transaction_mode
+    Fairshare::SolidQueue.register!
+    db = conn.current_database
+    port = start_pgbouncer(db)
+    url = "postgresql://#{ENV.fetch("PGUSER")}@127.0.0.1:#{port}/#{db}?prepared_statements=false&pool=10"
+    ActiveJob.perform_all_later(Array.new(80) { |i| RecordJob.new("p-#{i}", 5).set(queue: "tenant_#{i % 4}") })
+    2.times { start_worker(threads: 3, env: { "DATABASE_URL" => url }) }
+    wait_until(60, "every job") { finished_jobs == 80 }
+    assert_equal 80, TestRun.distinct.count(:ref)
+    assert_equal 80, TestRun.count
+    wait_until(5, "every lease released") { (0..3).sum { |t| slots_in_use("tenant_#{t}") }.zero? }
   end
 end
