@@ -72,7 +72,7 @@ module WorkerProcesses
   end
 
   def setup_app_root
-    @app_root = Dir.mktmpdir("fairshare-ruby-test-")
+    @app_root = Dir.mktmpdir("fsrb-test-")
   end
 
   def teardown_workers
@@ -87,7 +87,7 @@ module PgBouncer
   # Starts pgbouncer for `dbname`; returns its port.  Stopped by stop_pgbouncer.
   def start_pgbouncer(dbname)
     port = (6601..6609).find { |p| port_free?(p) } or flunk("no free port for pgbouncer in 6601-6609")
-    dir = Dir.mktmpdir("fairshare-pgbouncer-")
+    dir = Dir.mktmpdir("fsrb-pgbouncer-")
     FileUtils.chmod(0o777, dir)
     ini = File.join(dir, "pgbouncer.ini")
     File.write(ini, <<~INI)
@@ -118,7 +118,7 @@ module PgBouncer
     pid = File.read(File.join(@pgbouncer_dir, "pgbouncer.pid")).to_i
     ::Process.kill("TERM", pid)
     sleep 0.1 while (::Process.kill(0, pid) rescue false)
-    FileUtils.rm_rf(@pgbouncer_dir)
+    FileUtils.rm_rf(@pgbouncer_dir) if passed?
     @pgbouncer_dir = nil
   end
 

@@ -206,12 +206,11 @@ module Fairshare
         ActiveRecord.default_timezone == :local ? "LOCALTIMESTAMP" : "(now() AT TIME ZONE 'UTC')"
       end
 
-      # Prepends the claim overrides (once).
+      # Prepends the claim overrides to GoodJob::Job (called by its load
+      # hook, so again if it is reloaded; once per class).
       def install
-        return if @installed
-
-        @installed = true
-        ::GoodJob::Job.singleton_class.prepend(JobClaim)
+        target = ::GoodJob::Job.singleton_class
+        target.prepend(JobClaim) unless target.include?(JobClaim)
       end
     end
 

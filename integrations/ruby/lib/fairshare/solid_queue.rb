@@ -29,7 +29,7 @@ module Fairshare
       def enable!(queue: DEFAULT_QUEUE, lease: nil)
         @queue = queue.to_s
         @lease = lease
-        ActiveSupport.on_load(:solid_queue_record) { Fairshare::SolidQueue.send(:install) }
+        install_when_loaded
         self
       end
 
@@ -98,13 +98,22 @@ module Fairshare
 
       private
 
-      # Prepends the claim and heartbeat overrides (once).
-      def install
-        return if @installed
+      # Solid Queue's models are autoloaded (and reloaded in development):
+      # install into them once the application is initialized, and again
+      # after each reload.
+      def install_when_loaded
+        return install unless defined?(::Rails) && ::Rails.application
 
-        @installed = true
-        ::SolidQueue::ReadyExecution.singleton_class.prepend(ReadyExecutionClaim)
-        ::SolidQueue::Process.prepend(ProcessHeartbeat)
+        ::Rails.application.reloader.to_prepare { Fairshare::SolidQueue.send(:install) }
+        install if ::Rails.application.initialized?
+      end
+
+      # Prepends the claim and heartbeat overrides to the classes loaded now
+      # (once per class).
+      def install
+        claim_target = ::SolidQueue::ReadyExecution.singleton_class
+        claim_target.prepend(ReadyExecutionClaim) unless claim_target.include?(ReadyExecutionClaim)
+        ::SolidQueue::Process.prepend(ProcessHeartbeat) unless ::SolidQueue::Process.include?(ProcessHeartbeat)
       end
     end
 
