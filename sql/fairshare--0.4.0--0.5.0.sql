@@ -10,7 +10,7 @@
 COMMENT ON COLUMN fs_fair_queues.key IS 'expression identifying a ready row: a NOT NULL column or expression with a unique index on exactly it (by default the primary key)';
 COMMENT ON COLUMN fs_fair_queues.registered_by IS 'role that registered the queue: once its ready table is dropped, only this role (or a role with its privileges) may register the name again or unregister it';
 COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text) IS
-'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
+'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; max_slots is the queue''s default for tenants without one in fs_limits (NULL: no limit), lease the default lease of its claims (NULL: 5 minutes); the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
 COMMENT ON FUNCTION fs_unregister_queue(text) IS
 'removes a queue''s registration, its triggers and the index it created: true if it was registered; the caller must own its table, or, if the table was dropped, be the role that registered it';
 COMMENT ON FUNCTION fs_ready_tenants(text, integer) IS
@@ -265,6 +265,21 @@ GRANT EXECUTE ON FUNCTION fs_wal_sync() TO fairshare_admin;
 ALTER TABLE fs_fair_queues ADD COLUMN selector text;
 COMMENT ON COLUMN fs_fair_queues.selector IS 'expression over a ready row giving the text a claim may select rows by (fs_claim()''s selector_in and selector_not_in), such as queue_name; NULL: claims take no selection';
 
+-- 0.5.0: a queue has its own default max_slots and lease.  A queue
+-- registered by 0.4.0 keeps what its tenants had then: max_slots 1 where
+-- fs_limits says nothing (a queue registered from now on without max_slots
+-- lets a tenant hold any number of slots).
+ALTER TABLE fs_fair_queues ADD COLUMN max_slots integer CHECK (max_slots >= 0),
+                           ADD COLUMN lease interval;
+UPDATE fs_fair_queues SET max_slots = 1;
+COMMENT ON COLUMN fs_fair_queues.max_slots IS 'most slots a tenant of the queue may hold at once when no row of fs_limits sets its max_slots; NULL: no limit (a lone tenant may use every free worker)';
+COMMENT ON COLUMN fs_fair_queues.lease IS 'the lease of a claim that passes none; NULL: 5 minutes';
+COMMENT ON FUNCTION fs_limits_changed() IS
+'trigger: makes changes to fs_limits (and to fs_fair_queues, whose max_slots is a default of its tenants) reach shared memory when the transaction commits';
+CREATE TRIGGER fs_fair_queues_limits_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON fs_fair_queues
+    FOR EACH STATEMENT EXECUTE FUNCTION fs_limits_changed();
+
 DROP FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text);
 CREATE FUNCTION fs_register_queue(
     queue          text,
@@ -280,27 +295,29 @@ CREATE FUNCTION fs_register_queue(
     charge_runtime boolean DEFAULT false,
     create_index   boolean DEFAULT true,
     enqueued_at    text DEFAULT NULL,
-    selector       text DEFAULT NULL)
+    selector       text DEFAULT NULL,
+    max_slots      integer DEFAULT NULL,
+    lease          interval DEFAULT NULL)
 RETURNS fs_fair_queues
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_register_queue';
-COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) IS
-'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
-REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) TO fairshare_admin;
+COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) IS
+'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; max_slots is the queue''s default for tenants without one in fs_limits (NULL: no limit), lease the default lease of its claims (NULL: 5 minutes); the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
+REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) TO fairshare_admin;
 
 DROP FUNCTION fs_claim(text, anyelement, integer, interval);
 CREATE FUNCTION fs_claim(
     queue    text,
     row_type anyelement,
     max_rows integer DEFAULT 1,
-    lease    interval DEFAULT '5 minutes',
+    lease    interval DEFAULT NULL,
     selector_in     text[] DEFAULT NULL,
     selector_not_in text[] DEFAULT NULL)
 RETURNS TABLE (lease_id bigint, tenant text, job anyelement)
 LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 10
 AS 'MODULE_PATHNAME', 'fs_claim';
 COMMENT ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) IS
-'claims up to max_rows ready rows of a registered queue in fair order, locked FOR UPDATE SKIP LOCKED in this transaction, each with a lease; pass NULL::<ready table> as row_type; selector_in and selector_not_in (names, * for any characters) select rows by the queue''s selector';
+'claims up to max_rows ready rows of a registered queue in fair order, locked FOR UPDATE SKIP LOCKED in this transaction, each with a lease (NULL: the queue''s registered lease, or 5 minutes); pass NULL::<ready table> as row_type; selector_in and selector_not_in (names, * for any characters) select rows by the queue''s selector';
 REVOKE ALL ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) TO fairshare_app;

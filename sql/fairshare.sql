@@ -106,7 +106,7 @@ COMMENT ON FUNCTION fs_limits_validate() IS
 CREATE FUNCTION fs_limits_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'fs_limits_changed';
 COMMENT ON FUNCTION fs_limits_changed() IS
-'trigger: makes changes to fs_limits reach shared memory when the transaction commits';
+'trigger: makes changes to fs_limits (and to fs_fair_queues, whose max_slots is a default of its tenants) reach shared memory when the transaction commits';
 
 CREATE TRIGGER fs_limits_validate
     BEFORE INSERT OR UPDATE ON fs_limits
@@ -749,7 +749,9 @@ CREATE TABLE fs_fair_queues (
     index_created  boolean NOT NULL DEFAULT false,
     registered_by  regrole NOT NULL,
     registered_at  timestamptz NOT NULL DEFAULT now(),
-    selector       text
+    selector       text,
+    max_slots      integer CHECK (max_slots >= 0),
+    lease          interval
 );
 
 COMMENT ON TABLE fs_fair_queues IS
@@ -772,6 +774,8 @@ COMMENT ON COLUMN fs_fair_queues.enqueued_at IS 'expression over a ready row giv
 COMMENT ON COLUMN fs_fair_queues.index_created IS 'fs_register_queue() created ready_index, and fs_unregister_queue() drops it';
 COMMENT ON COLUMN fs_fair_queues.registered_by IS 'role that registered the queue: once its ready table is dropped, only this role (or a role with its privileges) may register the name again or unregister it';
 COMMENT ON COLUMN fs_fair_queues.registered_at IS 'when the queue was last registered';
+COMMENT ON COLUMN fs_fair_queues.max_slots IS 'most slots a tenant of the queue may hold at once when no row of fs_limits sets its max_slots; NULL: no limit (a lone tenant may use every free worker)';
+COMMENT ON COLUMN fs_fair_queues.lease IS 'the lease of a claim that passes none; NULL: 5 minutes';
 COMMENT ON COLUMN fs_fair_queues.selector IS 'expression over a ready row giving the text a claim may select rows by (fs_claim()''s selector_in and selector_not_in), such as queue_name; NULL: claims take no selection';
 
 GRANT SELECT ON fs_fair_queues TO PUBLIC;
@@ -785,6 +789,11 @@ COMMENT ON FUNCTION fs_fair_queues_changed() IS
 CREATE TRIGGER fs_fair_queues_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON fs_fair_queues
     FOR EACH STATEMENT EXECUTE FUNCTION fs_fair_queues_changed();
+-- A queue's max_slots is a limit of its tenants: it reaches them at commit
+-- as a change to fs_limits does.
+CREATE TRIGGER fs_fair_queues_limits_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON fs_fair_queues
+    FOR EACH STATEMENT EXECUTE FUNCTION fs_limits_changed();
 
 -- ---------------------------------------------------------------------------
 -- Triggers fairshare puts on registered tables
@@ -832,14 +841,16 @@ CREATE FUNCTION fs_register_queue(
     charge_runtime boolean DEFAULT false,
     create_index   boolean DEFAULT true,
     enqueued_at    text DEFAULT NULL,
-    selector       text DEFAULT NULL)
+    selector       text DEFAULT NULL,
+    max_slots      integer DEFAULT NULL,
+    lease          interval DEFAULT NULL)
 RETURNS fs_fair_queues
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_register_queue';
-COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) IS
-'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
-REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) TO fairshare_admin;
+COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) IS
+'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; max_slots is the queue''s default for tenants without one in fs_limits (NULL: no limit), lease the default lease of its claims (NULL: 5 minutes); the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
+REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) TO fairshare_admin;
 
 CREATE FUNCTION fs_unregister_queue(queue text)
 RETURNS boolean
@@ -858,14 +869,14 @@ CREATE FUNCTION fs_claim(
     queue    text,
     row_type anyelement,
     max_rows integer DEFAULT 1,
-    lease    interval DEFAULT '5 minutes',
+    lease    interval DEFAULT NULL,
     selector_in     text[] DEFAULT NULL,
     selector_not_in text[] DEFAULT NULL)
 RETURNS TABLE (lease_id bigint, tenant text, job anyelement)
 LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 10
 AS 'MODULE_PATHNAME', 'fs_claim';
 COMMENT ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) IS
-'claims up to max_rows ready rows of a registered queue in fair order, locked FOR UPDATE SKIP LOCKED in this transaction, each with a lease; pass NULL::<ready table> as row_type; selector_in and selector_not_in (names, * for any characters) select rows by the queue''s selector';
+'claims up to max_rows ready rows of a registered queue in fair order, locked FOR UPDATE SKIP LOCKED in this transaction, each with a lease (NULL: the queue''s registered lease, or 5 minutes); pass NULL::<ready table> as row_type; selector_in and selector_not_in (names, * for any characters) select rows by the queue''s selector';
 REVOKE ALL ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) TO fairshare_app;
 

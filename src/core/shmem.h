@@ -67,10 +67,17 @@ typedef struct FsTenantKey
 	char		tenant[FS_NAME_BUFLEN];
 } FsTenantKey;
 
+/*
+ * max_slots of a tenant of a queue registered for fair dequeue without
+ * max_slots, that no row of fs_limits gives one: no limit.  The views show
+ * it as NULL.
+ */
+#define FS_NO_SLOT_LIMIT		PG_INT32_MAX
+
 /* Effective limits of a tenant, after falling back on the defaults. */
 typedef struct FsLimits
 {
-	int32		max_slots;
+	int32		max_slots;		/* FS_NO_SLOT_LIMIT: none */
 	int32		min_slots;
 	float8		weight;
 	float8		budget_ms_per_minute;	/* < 0: no budget (unlimited) */

@@ -643,13 +643,13 @@ fs_fair_refresh_limits(FsFairDesc *desc)
  *	 RETURNS TABLE(lease_id bigint, tenant text, job anyelement)
  *
  * Claims up to max_rows ready rows of the queue in fair order, locked FOR
- * UPDATE SKIP LOCKED in the caller's transaction, each with a lease; the rows
- * come back whole, as the ready table's row type, in fair order.  With a
- * selection, only rows in it; if the fair rounds passed over so many
- * tenants without rows in it that they end short, the rest come in the
- * queue's own order within the selection (fs_claim_fifo()), so that a
- * selection's rows are never held back by tenants ahead of them in the
- * fair order that have none.
+ * UPDATE SKIP LOCKED in the caller's transaction, each with a lease (NULL:
+ * the queue's registered lease, or 5 minutes); the rows come back whole, as
+ * the ready table's row type, in fair order.  With a selection, only rows
+ * in it; if the fair rounds passed over so many tenants without rows in it
+ * that they end short, the rest come in the queue's own order within the
+ * selection (fs_claim_fifo()), so that a selection's rows are never held
+ * back by tenants ahead of them in the fair order that have none.
  */
 Datum
 fs_claim(PG_FUNCTION_ARGS)
@@ -676,7 +676,7 @@ fs_claim(PG_FUNCTION_ARGS)
 						format_type_be(desc->row_type), format_type_be(row_type)),
 				 errhint("Pass NULL::%s as row_type.", desc->ready_name)));
 	max_rows = fs_max_rows_arg(fcinfo, 2);
-	lease_usecs = fs_lease_interval_arg(fcinfo, 3, "lease");
+	lease_usecs = PG_ARGISNULL(3) ? desc->lease_usecs : fs_lease_interval_arg(fcinfo, 3, "lease");
 	fs_selection_args(fcinfo, desc, &sel);
 	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
 		pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)
@@ -761,7 +761,7 @@ typedef struct FsReadyTenant
 {
 	char		name[FS_NAME_BUFLEN];
 	int64		ready;
-	int32		free_slots;
+	int32		free_slots;		/* -1: no limit */
 	bool		below_floor;
 	float8		tag;
 	float8		start;
@@ -849,7 +849,7 @@ fs_ready_tenants_collect(FsFairQueue *fq, FsReadyTenant *list, int capacity,
 			continue;
 		strlcpy(list[n].name, item->tenant->key.tenant, FS_NAME_BUFLEN);
 		list[n].ready = v.ready;
-		list[n].free_slots = ceiling - v.slots;
+		list[n].free_slots = ceiling == FS_NO_SLOT_LIMIT ? -1 : ceiling - v.slots;
 		list[n].below_floor = v.slots < Min(v.limits.min_slots, ceiling);
 		list[n].tag = item->key;
 		list[n].start = Max(fq->vtime, item->key);
@@ -932,6 +932,7 @@ fs_ready_tenants(PG_FUNCTION_ARGS)
 		values[0] = CStringGetTextDatum(list[i].name);
 		values[1] = Int64GetDatum(list[i].ready);
 		values[2] = Int32GetDatum(list[i].free_slots);
+		nulls[2] = list[i].free_slots < 0;	/* no limit */
 		values[3] = Float8GetDatum(list[i].start);
 		values[4] = Float8GetDatum(list[i].weight);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

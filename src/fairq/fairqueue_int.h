@@ -236,6 +236,7 @@ typedef struct FsFairDesc
 	char	   *enqueued_at;	/* timestamptz; NULL: latency not measured */
 	char	   *selector;		/* text a claim may select rows by; NULL: none */
 	bool		charge_runtime;
+	int64		lease_usecs;	/* a claim's lease when it passes none */
 	Oid			key_type;
 	int16		key_len;
 	bool		key_byval;

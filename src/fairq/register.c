@@ -73,11 +73,13 @@
 #include "utils/rel.h"
 #include "utils/ruleutils.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 #include "utils/typcache.h"
 
 #include "core/subxact.h"
 #include "fairq/fairqueue_int.h"
 #include "fairq/register_int.h"
+#include "slots/slots.h"
 #include "limits/limits.h"
 
 PG_FUNCTION_INFO_V1(fs_register_queue);
@@ -319,6 +321,9 @@ typedef struct FsRegistration
 	char	   *selector_text;
 	bool		charge_runtime;
 	bool		create_index;
+	bool		max_slots_given;	/* false: no limit for tenants without one */
+	int32		max_slots;
+	Interval   *lease;			/* NULL: fs_claim()'s default, 5 minutes */
 	/* compiled on the tables; the filter split in two */
 	Node	   *tenant;
 	List	   *order;
@@ -372,7 +377,23 @@ fs_registration_args(FunctionCallInfo fcinfo, FsRegistration *reg)
 	reg->charge_runtime = fs_bool_arg(fcinfo, 10, "charge_runtime");
 	reg->create_index = fs_bool_arg(fcinfo, 11, "create_index");
 	reg->enqueued_at_text = fs_text_arg(fcinfo, 12, "enqueued_at", false);
-	reg->selector_text = PG_NARGS() > 13 ? fs_text_arg(fcinfo, 13, "selector", false) : NULL;
+	reg->selector_text = fs_text_arg(fcinfo, 13, "selector", false);
+	reg->max_slots_given = !PG_ARGISNULL(14);
+	if (reg->max_slots_given)
+	{
+		reg->max_slots = PG_GETARG_INT32(14);
+		if (reg->max_slots < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_slots must not be negative, got %d", reg->max_slots),
+					 errhint("Pass the most slots a tenant of queue \"%s\" may hold at once, or NULL for no limit.",
+							 reg->queue)));
+	}
+	if (!PG_ARGISNULL(15))
+	{
+		reg->lease = PG_GETARG_INTERVAL_P(15);
+		(void) fs_lease_usecs(reg->lease, "lease");
+	}
 
 	if (!OidIsValid(reg->running_relid) && (reg->running_filter_text || reg->running_key_text))
 		ereport(ERROR,
@@ -537,9 +558,9 @@ static void
 fs_registration_store(const FsRegistration *reg)
 {
 	StringInfoData sql;
-	Oid			argtypes[18];
-	Datum		values[18];
-	char		nulls[18];
+	Oid			argtypes[20];
+	Datum		values[20];
+	char		nulls[20];
 	int			nargs = 0;
 
 	initStringInfo(&sql);
@@ -547,8 +568,9 @@ fs_registration_store(const FsRegistration *reg)
 					 "INSERT INTO %s.fs_fair_queues AS q (queue, ready_table, tenant, order_by,"
 					 " ready_filter, claim_filter, key, key_type, running_table, running_filter,"
 					 " running_key, cost, charge_runtime, ready_index, index_created, registered_by,"
-					 " enqueued_at, selector)"
-					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+					 " enqueued_at, selector, max_slots, lease)"
+					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,"
+					 " $19, $20)"
 					 " ON CONFLICT (queue) DO UPDATE SET ready_table = EXCLUDED.ready_table,"
 					 " tenant = EXCLUDED.tenant, order_by = EXCLUDED.order_by,"
 					 " ready_filter = EXCLUDED.ready_filter, claim_filter = EXCLUDED.claim_filter,"
@@ -558,7 +580,8 @@ fs_registration_store(const FsRegistration *reg)
 					 " cost = EXCLUDED.cost, charge_runtime = EXCLUDED.charge_runtime,"
 					 " ready_index = EXCLUDED.ready_index, index_created = EXCLUDED.index_created,"
 					 " registered_by = EXCLUDED.registered_by, registered_at = pg_catalog.now(),"
-					 " enqueued_at = EXCLUDED.enqueued_at, selector = EXCLUDED.selector",
+					 " enqueued_at = EXCLUDED.enqueued_at, selector = EXCLUDED.selector,"
+					 " max_slots = EXCLUDED.max_slots, lease = EXCLUDED.lease",
 					 fs_ext_schema());
 #define FS_ARG(type, value, isnull) \
 	(argtypes[nargs] = (type), values[nargs] = (value), nulls[nargs++] = (isnull) ? 'n' : ' ')
@@ -580,6 +603,8 @@ fs_registration_store(const FsRegistration *reg)
 	FS_ARG(REGROLEOID, ObjectIdGetDatum(GetUserId()), false);
 	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_enqueued_at), !reg->c_enqueued_at);
 	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_selector), !reg->c_selector);
+	FS_ARG(INT4OID, Int32GetDatum(reg->max_slots), !reg->max_slots_given);
+	FS_ARG(INTERVALOID, PointerGetDatum(reg->lease), reg->lease == NULL);
 #undef FS_ARG
 	Assert(nargs == lengthof(values));
 	fs_spi_as_extension_owner(sql.data, nargs, argtypes, values, nulls);
@@ -588,7 +613,8 @@ fs_registration_store(const FsRegistration *reg)
 /*
  * fs_register_queue(queue, ready_table, tenant, order_by, filter, key,
  *					 running_table, running_filter, running_key, cost,
- *					 charge_runtime, create_index, enqueued_at, selector)
+ *					 charge_runtime, create_index, enqueued_at, selector,
+ *					 max_slots, lease)
  *	RETURNS fs_fair_queues
  */
 Datum
@@ -607,6 +633,12 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	HeapTupleHeader result;
 
 	fs_check_primary("register a fair-dequeue queue");
+	/* Called through an older version's SQL: its table lacks our columns. */
+	if (PG_NARGS() < 16)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the SQL objects of extension \"fairshare\" are older than its library"),
+				 errhint("Run ALTER EXTENSION fairshare UPDATE, then register the queue.")));
 	fs_registration_args(fcinfo, &reg);
 
 	if (SPI_connect() != SPI_OK_CONNECT)

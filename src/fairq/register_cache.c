@@ -60,6 +60,7 @@
 #include "fairq/fairqueue_int.h"
 #include "fairq/register_int.h"
 #include "limits/limits.h"
+#include "slots/slots.h"
 
 static HTAB *fs_descs = NULL;		/* queue name -> FsFairDesc */
 static HTAB *fs_rel_cache = NULL;	/* relid -> FsRelTriggers */
@@ -627,6 +628,25 @@ fs_desc_texts(FsFairDesc *desc, HeapTuple row, TupleDesc rowdesc)
 }
 
 /*
+ * The lease of a claim from the queue of `row` that passes none: the
+ * registration's (checked when it was stored), or 5 minutes when it has
+ * none, or was made by a version without the column.
+ */
+static int64
+fs_row_lease(HeapTuple row, TupleDesc rowdesc)
+{
+	int			column = SPI_fnumber(rowdesc, "lease");
+	bool		isnull = true;
+	Datum		value = (Datum) 0;
+
+	if (column > 0)
+		value = SPI_getbinval(row, rowdesc, column, &isnull);
+	if (isnull)
+		return FS_DEFAULT_LEASE_USECS;
+	return fs_lease_usecs(DatumGetIntervalP(value), "the registered lease");
+}
+
+/*
  * The registration of `queue_name`, loaded (and its queries prepared) if the
  * cached one is stale.  Not registered: NULL if missing_ok, else an error.
  */
@@ -696,6 +716,7 @@ fs_fair_desc(const char *queue_name, bool missing_ok)
 	desc->charge_runtime = DatumGetBool(SPI_getbinval(row, rowdesc,
 													  SPI_fnumber(rowdesc, "charge_runtime"),
 													  &isnull));
+	desc->lease_usecs = fs_row_lease(row, rowdesc);
 	desc->queue = fs_queue_lookup(queue_name, true);
 	desc->fq = desc->queue != NULL ? fs_fair_queue(desc->queue) : NULL;
 	fs_desc_prepare(desc);

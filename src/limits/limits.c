@@ -10,7 +10,10 @@
  *
  *		(queue, tenant)  >  ('*', tenant)  >  (queue, '*')  >  ('*', '*')
  *
- * and then from the built-in defaults (tenant_limits.h).  Rows are edited with
+ * then, for max_slots, from the queue's registration for fair dequeue
+ * (fs_fair_queues.max_slots: a queue registered without one lets a tenant
+ * hold any number of slots, FS_NO_SLOT_LIMIT), and then from the built-in
+ * defaults (limits.h).  Rows are edited with
  * fs_set_limit() or plain SQL; a BEFORE ROW trigger validates them, and an
  * AFTER STATEMENT trigger notes that this transaction changed them.  When
  * such a transaction commits, the shared limits generation is bumped and
@@ -46,9 +49,13 @@ PG_FUNCTION_INFO_V1(fs_effective_limits);
 /* This transaction changed fs_limits: publish at commit. */
 static bool limits_changed_in_xact = false;
 
-/* The prepared lookup, and the extension it was prepared for. */
+/*
+ * The prepared lookup, the extension it was prepared for, and whether that
+ * extension's fs_fair_queues had its max_slots column (not before 0.5.0).
+ */
 static SPIPlanPtr resolve_plan = NULL;
 static Oid	resolve_plan_extension = InvalidOid;
+static bool resolve_plan_queue_defaults = false;
 
 /*
  * Transaction end: a commit that changed fs_limits publishes the change (the
@@ -114,38 +121,62 @@ fs_extension_schema(void)
 }
 
 /*
+ * Whether the extension's fs_fair_queues has the column max_slots: between
+ * installing this library and ALTER EXTENSION fairshare UPDATE, the tables
+ * are still an older version's.
+ */
+static bool
+fs_limits_queue_defaults_exist(Oid extoid)
+{
+	Oid			relid = get_relname_relid("fs_fair_queues", fs_get_extension_schema(extoid));
+
+	return OidIsValid(relid) && get_attnum(relid, "max_slots") != InvalidAttrNumber;
+}
+
+/*
  * The prepared query that reads a tenant's limits from fs_limits, made again
- * when the extension was dropped and created since.
+ * when the extension was dropped and created since, or updated to a version
+ * with queue defaults.
  */
 static SPIPlanPtr
 fs_limits_plan(void)
 {
 	Oid			extoid = get_extension_oid("fairshare", true);
 	Oid			argtypes[2] = {TEXTOID, TEXTOID};
+	bool		queue_defaults = OidIsValid(extoid) && fs_limits_queue_defaults_exist(extoid);
+	const char *schema;
 	char	   *query;
 	SPIPlanPtr	plan;
 
-	if (resolve_plan != NULL && extoid == resolve_plan_extension)
+	if (resolve_plan != NULL && extoid == resolve_plan_extension &&
+		queue_defaults == resolve_plan_queue_defaults)
 		return resolve_plan;
 	if (resolve_plan != NULL)
 	{
 		SPI_freeplan(resolve_plan);
 		resolve_plan = NULL;
 	}
+	schema = quote_identifier(fs_extension_schema());
 
-	/*
-	 * The four candidate rows, most specific first: an exact tenant beats a
-	 * queue default, and the global default comes last.  Every operator and
-	 * type is schema-qualified: the plan is made under the caller's
-	 * search_path and its result is shared with every session.
-	 */
-	query = psprintf("SELECT max_slots, min_slots, weight, budget_ms_per_minute, throttle_pct"
-					 "  FROM %s.fs_limits"
-					 " WHERE queue OPERATOR(pg_catalog.=) ANY (ARRAY[$1, '*']::pg_catalog.text[])"
-					 "   AND tenant OPERATOR(pg_catalog.=) ANY (ARRAY[$2, '*']::pg_catalog.text[])"
-					 " ORDER BY tenant OPERATOR(pg_catalog.=) '*'::pg_catalog.text,"
-					 "          queue OPERATOR(pg_catalog.=) '*'::pg_catalog.text",
-					 quote_identifier(fs_extension_schema()));
+	query = psprintf("SELECT max_slots, min_slots, weight, budget_ms_per_minute, throttle_pct FROM ("
+					 " SELECT l.max_slots, l.min_slots, l.weight, l.budget_ms_per_minute, l.throttle_pct,"
+					 "        (l.tenant OPERATOR(pg_catalog.=) '*'::pg_catalog.text)::pg_catalog.int4"
+					 "          OPERATOR(pg_catalog.*) 2 OPERATOR(pg_catalog.+)"
+					 "        (l.queue OPERATOR(pg_catalog.=) '*'::pg_catalog.text)::pg_catalog.int4 AS rank"
+					 "   FROM %s.fs_limits l"
+					 "  WHERE l.queue OPERATOR(pg_catalog.=) ANY (ARRAY[$1, '*']::pg_catalog.text[])"
+					 "    AND l.tenant OPERATOR(pg_catalog.=) ANY (ARRAY[$2, '*']::pg_catalog.text[])"
+					 " %s) candidates"
+					 " ORDER BY rank",
+					 schema,
+					 queue_defaults ?
+					 psprintf(" UNION ALL"
+							  " SELECT COALESCE(q.max_slots, %d), NULL::pg_catalog.int4,"
+							  "        NULL::pg_catalog.float8, NULL::pg_catalog.float8,"
+							  "        NULL::pg_catalog.float8, 4"
+							  "   FROM %s.fs_fair_queues q"
+							  "  WHERE q.queue OPERATOR(pg_catalog.=) $1",
+							  FS_NO_SLOT_LIMIT, schema) : "");
 	plan = SPI_prepare(query, 2, argtypes);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for the fs_limits lookup: %s",
@@ -153,6 +184,7 @@ fs_limits_plan(void)
 	SPI_keepplan(plan);
 	resolve_plan = plan;
 	resolve_plan_extension = extoid;
+	resolve_plan_queue_defaults = queue_defaults;
 	pfree(query);
 	return plan;
 }
@@ -460,7 +492,8 @@ fs_limits_changed(PG_FUNCTION_ARGS)
 
 /*
  * fs_effective_limits(tenant, queue): the limits a decision for this tenant
- * would use right now (committed rows of fs_limits, after defaults).
+ * would use right now (committed rows of fs_limits, after defaults);
+ * max_slots NULL: no limit.
  */
 Datum
 fs_effective_limits(PG_FUNCTION_ARGS)
@@ -491,6 +524,7 @@ fs_effective_limits(PG_FUNCTION_ARGS)
 		elog(ERROR, "return type must be a row type");
 	desc = BlessTupleDesc(desc);
 	values[0] = Int32GetDatum(limits.max_slots);
+	nulls[0] = limits.max_slots == FS_NO_SLOT_LIMIT;	/* no limit */
 	values[1] = Int32GetDatum(limits.min_slots);
 	values[2] = Float8GetDatum(limits.weight);
 	if (limits.budget_ms_per_minute < 0)

@@ -71,22 +71,14 @@ PG_FUNCTION_INFO_V1(fs_release_slot);
 PG_FUNCTION_INFO_V1(fs_renew_slot);
 
 /*
- * A lease's length argument as microseconds: not NULL, positive, and at
- * most FS_MAX_LEASE_USECS (months count as 30 days, as in interval
- * arithmetic).
+ * A lease's length as microseconds: positive, and at most FS_MAX_LEASE_USECS
+ * (months count as 30 days, as in interval arithmetic).  `what` names the
+ * argument in the errors.
  */
 int64
-fs_lease_interval_arg(FunctionCallInfo fcinfo, int argno, const char *what)
+fs_lease_usecs(const Interval *interval, const char *what)
 {
-	Interval   *interval;
 	float8		usecs;
-
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", what),
-				 errhint("Pass an interval such as '5 minutes', or leave the argument out for the default.")));
-	interval = PG_GETARG_INTERVAL_P(argno);
 
 	/* In float8: exact enough for the range we accept, and cannot overflow. */
 	usecs = (float8) interval->time +
@@ -106,6 +98,18 @@ fs_lease_interval_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 															IntervalPGetDatum(interval)))),
 				 errhint("Renew a lease with fs_renew_slot() while the work runs instead of taking a long one.")));
 	return (int64) usecs;
+}
+
+/* A lease's length argument as microseconds: not NULL, and fs_lease_usecs()'s checks. */
+int64
+fs_lease_interval_arg(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what),
+				 errhint("Pass an interval such as '5 minutes', or leave the argument out for the default.")));
+	return fs_lease_usecs(PG_GETARG_INTERVAL_P(argno), what);
 }
 
 /* ----------------------------------------------------------------

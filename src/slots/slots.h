@@ -8,15 +8,18 @@
 #ifndef FAIRSHARE_SLOTS_H
 #define FAIRSHARE_SLOTS_H
 
+#include "datatype/timestamp.h"
 #include "lib/pairingheap.h"
 
 #include "core/shmem.h"
 
-/* Longest lease a single acquire or renew may ask for. */
 /* Partitions of the lease table, and its LWLocks (a power of two). */
 #define FS_LEASE_PARTITIONS		64
 
+/* Longest lease a single acquire or renew may ask for. */
 #define FS_MAX_LEASE_USECS		(INT64CONST(366) * USECS_PER_DAY)
+/* the lease of a claim from a queue registered without one: 5 minutes */
+#define FS_DEFAULT_LEASE_USECS	(INT64CONST(5) * USECS_PER_MINUTE)
 
 typedef enum FsLeaseState
 {
@@ -92,6 +95,7 @@ typedef struct FsSlotDecision
 extern void fs_slots_shmem_request(void);
 extern void fs_slots_shmem_init(void);
 extern void fs_slots_init(void);
+extern int64 fs_lease_usecs(const Interval *interval, const char *what);
 extern int64 fs_lease_interval_arg(FunctionCallInfo fcinfo, int argno, const char *what);
 
 extern void fs_slot_acquire(FsQueue *queue, const char *tenant, int64 lease_usecs,

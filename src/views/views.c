@@ -71,6 +71,7 @@ fs_tenant_state_row(ReturnSetInfo *rsinfo, const char *queue, FsTenant *t, Times
 	values[i++] = CStringGetTextDatum(queue);
 	values[i++] = CStringGetTextDatum(t->key.tenant);
 	values[i++] = Int32GetDatum(t->slots_in_use);
+	nulls[i] = t->max_slots == FS_NO_SLOT_LIMIT;
 	values[i++] = Int32GetDatum(t->max_slots);
 	values[i++] = Int32GetDatum(t->min_slots);
 	values[i++] = Float8GetDatum(t->weight);

@@ -57,7 +57,7 @@ ok($q->("SELECT evictions > 0 FROM fs_stats") eq 't',
 $q->(q{
 	CREATE TABLE full2 (id serial PRIMARY KEY, tenant text NOT NULL);
 	CREATE TABLE full3 (id serial PRIMARY KEY, tenant text NOT NULL);
-	SELECT queue FROM fs_register_queue('full2', 'full2', 'tenant', 'id');
+	SELECT queue FROM fs_register_queue('full2', 'full2', 'tenant', 'id', max_slots => 1);
 	SELECT queue FROM fs_register_queue('full3', 'full3', 'tenant', 'id');
 	INSERT INTO full2 (tenant) SELECT 'x' FROM generate_series(1, 3);
 	INSERT INTO full3 (tenant) SELECT 'y' FROM generate_series(1, 3);

@@ -104,7 +104,7 @@ $q->(q{
 	                   payload text);
 	CREATE TABLE jobs_running (job_id bigint PRIMARY KEY, tenant text NOT NULL, client int NOT NULL);
 	SELECT queue FROM fs_register_queue('jq', 'jobs', tenant => 'tenant', order_by => 'priority, id',
-	       running_table => 'jobs_running', running_key => 'job_id');
+	       running_table => 'jobs_running', running_key => 'job_id', max_slots => 1);
 	INSERT INTO jobs (tenant, priority) SELECT 'q' || (1 + (i * 7) % 20), i % 3 FROM generate_series(1, 10000) i;
 
 	CREATE TABLE violations (at timestamptz NOT NULL DEFAULT clock_timestamp(), kind text NOT NULL,
@@ -321,7 +321,7 @@ ALTER TABLE jobs DROP COLUMN IF EXISTS note;
 };
 $ddl{'ddl_register@1'} = q{
 SELECT queue FROM fs_register_queue('jq', 'jobs', tenant => 'tenant', order_by => 'priority, id',
-       running_table => 'jobs_running', running_key => 'job_id');
+       running_table => 'jobs_running', running_key => 'job_id', max_slots => 1);
 \sleep 200 ms
 };
 

@@ -114,13 +114,13 @@ SELECT fs_register_queue('bad', 'fq_reserved', 'id', 'id');
 -- only the table's owner may register it; EXECUTE is not granted to PUBLIC
 CREATE ROLE fq_stranger;
 GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass,
-      text, text, text, boolean, boolean, text, text) TO fq_stranger;
+      text, text, text, boolean, boolean, text, text, integer, interval) TO fq_stranger;
 SET ROLE fq_stranger;
 SELECT fs_register_queue('bad', 'fq_jobs', 'account', 'id');
 SELECT fs_unregister_queue('fq');
 RESET ROLE;
 REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass,
-       text, text, text, boolean, boolean, text, text) FROM fq_stranger;
+       text, text, text, boolean, boolean, text, text, integer, interval) FROM fq_stranger;
 -- nothing of the refused registrations was kept
 SELECT queue FROM fs_fair_queues ORDER BY queue;
 
@@ -478,7 +478,6 @@ SELECT * FROM fs_claim('fw', NULL::fw_jobs, 0);
 SELECT * FROM fs_claim('fw', NULL::fw_jobs, -1);
 SELECT * FROM fs_claim('fw', NULL::fw_jobs, NULL);
 SELECT * FROM fs_claim('fw', NULL::fw_jobs, 1000000);
-SELECT * FROM fs_claim('fw', NULL::fw_jobs, 1, NULL);
 SELECT * FROM fs_claim('fw', NULL::fw_jobs, 1, '-1 second');
 SELECT * FROM fs_ready_tenants('nope');
 SELECT * FROM fs_ready_tenants('fw', 0);
@@ -535,7 +534,7 @@ RESET fairshare.debug_clock;
 
 CREATE ROLE fq_owner;
 GRANT CREATE ON SCHEMA public TO fq_owner;
-GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) TO fq_owner;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) TO fq_owner;
 SET ROLE fq_owner;
 CREATE FUNCTION fq_owner_only(t text) RETURNS text IMMUTABLE LANGUAGE plpgsql AS $$
 BEGIN
@@ -563,7 +562,7 @@ SELECT fs_unregister_queue('fo');
 DROP TABLE fo_jobs;
 DROP FUNCTION fq_owner_only(text);
 REVOKE CREATE ON SCHEMA public FROM fq_owner;
-REVOKE EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) FROM fq_owner;
+REVOKE EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) FROM fq_owner;
 DROP ROLE fq_owner;
 
 -- ---------------------------------------------------------------------------
@@ -607,7 +606,7 @@ DROP TABLE fk_jobs;
 CREATE ROLE fq_alice IN ROLE fairshare_app;
 CREATE ROLE fq_mallory IN ROLE fairshare_app;
 GRANT CREATE ON SCHEMA public TO fq_alice, fq_mallory;
-GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) TO fq_alice, fq_mallory;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) TO fq_alice, fq_mallory;
 GRANT EXECUTE ON FUNCTION fs_unregister_queue(text) TO fq_alice, fq_mallory;
 
 -- A registration left behind by a dropped table (the event trigger that
@@ -729,7 +728,7 @@ SELECT fs_unregister_queue('a_slow');
 DROP TABLE fs_slow_jobs;
 DROP FUNCTION fq_slow(text);
 
-REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text) FROM fq_alice, fq_mallory;
+REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) FROM fq_alice, fq_mallory;
 REVOKE ALL ON FUNCTION fs_unregister_queue(text) FROM fq_alice, fq_mallory;
 REVOKE CREATE ON SCHEMA public FROM fq_alice, fq_mallory;
 DROP ROLE fq_alice;
@@ -744,7 +743,7 @@ CREATE FUNCTION wr_ready(wr_jobs) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$ S
 CREATE FUNCTION wr_cost(wr_jobs) RETURNS float8 LANGUAGE sql IMMUTABLE AS $$ SELECT $1.cost $$;
 SELECT queue, tenant, ready_filter, cost
   FROM fs_register_queue('wr', 'wr_jobs', 'public.wr_tenant(wr_jobs)', 'prio, id',
-       filter => 'public.wr_ready(wr_jobs)', cost => 'public.wr_cost(wr_jobs)');
+       filter => 'public.wr_ready(wr_jobs)', cost => 'public.wr_cost(wr_jobs)', max_slots => 1);
 INSERT INTO wr_jobs (tenant, prio) SELECT 't' || g % 2, CASE WHEN g = 5 THEN -1 ELSE 0 END
   FROM generate_series(1, 6) g;
 SELECT * FROM fs_resync('wr');
@@ -944,3 +943,53 @@ RESET ROLE;
 GRANT USAGE ON SCHEMA public TO PUBLIC;
 DROP SCHEMA dq_own;
 DROP ROLE dq_nobody;
+
+-- ---------------------------------------------------------------------------
+-- A queue's own max_slots and lease
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE qd_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+INSERT INTO qd_jobs SELECT g, CASE WHEN g <= 6 THEN 'lone' ELSE 'other' END FROM generate_series(1, 8) g;
+-- Registered without max_slots: no limit, shown as NULL; a lone tenant
+-- takes as many slots as it has rows.
+SELECT queue, max_slots, lease FROM fs_register_queue('qd', 'qd_jobs', 'tenant', 'id');
+SELECT max_slots FROM fs_effective_limits('lone', 'qd');
+SELECT tenant, ready_rows, free_slots FROM fs_ready_tenants('qd');
+BEGIN;
+SELECT tenant, count(*) FROM fs_claim('qd', NULL::qd_jobs, 8) GROUP BY tenant ORDER BY tenant;
+-- fs_claim's lease NULL (its default): the queue's, 5 minutes here.
+SELECT count(*) AS five_minute_leases FROM fs_leases
+ WHERE queue = 'qd' AND expires_at - clock_timestamp() BETWEEN '4 minutes 50 seconds' AND '5 minutes';
+ROLLBACK;
+-- fs_limits rows win over the queue's default, ('*', '*') included.
+SELECT fs_set_limit('*', 'qd', max_slots => 2);
+SELECT max_slots FROM fs_effective_limits('lone', 'qd');
+DELETE FROM fs_limits WHERE queue = 'qd';
+-- Registered with max_slots and a lease.
+SELECT queue, max_slots, lease FROM fs_register_queue('qd', 'qd_jobs', 'tenant', 'id',
+       max_slots => 3, lease => '1 hour');
+SELECT max_slots FROM fs_effective_limits('lone', 'qd');
+SELECT tenant, ready_rows, free_slots FROM fs_ready_tenants('qd');
+BEGIN;
+SELECT tenant, count(*) FROM fs_claim('qd', NULL::qd_jobs, 8) GROUP BY tenant ORDER BY tenant;
+SELECT count(*) AS one_hour_leases FROM fs_leases
+ WHERE queue = 'qd' AND expires_at - clock_timestamp() BETWEEN '59 minutes 50 seconds' AND '1 hour';
+ROLLBACK;
+BEGIN;
+SELECT count(*) AS claimed FROM fs_claim('qd', NULL::qd_jobs, 1, '10 seconds');
+SELECT count(*) AS ten_second_leases FROM fs_leases
+ WHERE queue = 'qd' AND expires_at - clock_timestamp() <= '10 seconds';
+ROLLBACK;
+-- Registered in a transaction: its tenants get the new max_slots at commit.
+BEGIN;
+SELECT queue, max_slots FROM fs_register_queue('qd', 'qd_jobs', 'tenant', 'id', max_slots => 0);
+SELECT max_slots FROM fs_effective_limits('lone', 'qd');
+COMMIT;
+SELECT max_slots FROM fs_effective_limits('lone', 'qd');
+SELECT count(*) AS stopped FROM fs_claim('qd', NULL::qd_jobs, 8);
+-- Bad values.
+SELECT fs_register_queue('qd', 'qd_jobs', 'tenant', 'id', max_slots => -1);
+SELECT fs_register_queue('qd', 'qd_jobs', 'tenant', 'id', lease => '0 seconds');
+SELECT fs_register_queue('qd', 'qd_jobs', 'tenant', 'id', lease => '400 days');
+SELECT fs_unregister_queue('qd');
+DROP TABLE qd_jobs;

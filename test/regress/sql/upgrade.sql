@@ -83,6 +83,25 @@ ALTER EXTENSION fairshare UPDATE;
 SELECT tenant, max_slots FROM fs_limits;
 TRUNCATE fs_limits;
 
+-- A queue registered by 0.4.0 keeps max_slots 1, what its tenants had then
+-- (registered from 0.5.0 on without max_slots, a queue sets no limit).
+-- Until the update, this library refuses to register through 0.4.0's SQL;
+-- the row is stored as 0.4.0 stored it.
+DROP EXTENSION fairshare;
+CREATE EXTENSION fairshare VERSION '0.4.0';
+CREATE TABLE up_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('up', 'up_jobs', 'tenant', 'id');
+INSERT INTO fs_fair_queues (queue, ready_table, tenant, order_by, key, key_type, registered_by)
+VALUES ('up', 'up_jobs', 'tenant', 'id', 'id', 'integer', current_user::regrole);
+SELECT max_slots FROM fs_effective_limits('t', 'up');
+ALTER EXTENSION fairshare UPDATE;
+SELECT queue, max_slots, lease FROM fs_fair_queues;
+SELECT max_slots FROM fs_effective_limits('t', 'up');
+SELECT queue, max_slots FROM fs_register_queue('up', 'up_jobs', 'tenant', 'id');
+SELECT max_slots FROM fs_effective_limits('t', 'up');
+SELECT fs_unregister_queue('up');
+DROP TABLE up_jobs;
+
 -- Functions that a role allowed to create objects in the extension's
 -- schema could put there before CREATE EXTENSION or ALTER EXTENSION
 -- UPDATE, to capture calls in the policies, views, defaults and checks:
