@@ -19,6 +19,7 @@ module Fairshare
     TEXT_ARRAY = PG::TextEncoder::Array.new(name: "text[]", delimiter: ",")
     REGISTRATION_PIECES = %i[filter key running_table running_filter running_key cost charge_runtime
                              create_index enqueued_at selector].freeze
+    CASTS = { ready_table: "::regclass", running_table: "::regclass", lease: "::interval" }.freeze
 
     module_function
 
@@ -37,33 +38,21 @@ module Fairshare
       connection.select_all(ActiveRecord::Base.sanitize_sql_array([sql, *values]), "Fairshare")
     end
 
-    # Whether the installed extension's fs_register_queue() takes the
-    # per-queue defaults `max_slots` and `lease` (fairshare after 0.5.0).
-    def per_queue_defaults?(connection)
-      sql = "SELECT count(*) FROM pg_catalog.pg_proc WHERE proname = 'fs_register_queue' " \
-            "AND 'lease' = ANY (proargnames) AND 'max_slots' = ANY (proargnames)"
-      connection.select_value(sql).to_i.positive?
-    end
-
     # Registers (or re-registers) a queue with fs_register_queue().  Every
     # piece is bound as a value: fairshare parses and checks the SQL
-    # expressions itself against the table.  With an extension too old for
-    # per-queue defaults, the slot default is written as the queue's '*'
-    # row of fs_limits instead (no limit: 10,000 slots), and the lease is
-    # left to the claims, which pass it themselves.
+    # expressions itself against the table.  `max_slots`: the queue's slot
+    # limit of a tenant without a row in fs_limits (nil: no limit, a lone
+    # tenant may use every free worker); `lease_seconds`: the queue's
+    # default lease.
     def register_queue(connection, queue:, ready_table:, tenant:, order_by:, lease_seconds:, max_slots: nil, **pieces)
       unknown = pieces.keys - REGISTRATION_PIECES
       raise ArgumentError, "unknown registration pieces: #{unknown.join(', ')}" if unknown.any?
 
       args = { queue: queue, ready_table: ready_table, tenant: tenant, order_by: order_by }.merge(pieces.compact)
-      defaults = per_queue_defaults?(connection)
-      args[:lease] = "#{Float(lease_seconds)} seconds" if defaults && lease_seconds
-      args[:max_slots] = Integer(max_slots) if defaults && max_slots
-      named = args.keys.map { |name| "#{name} => ?#{'::regclass' if name.to_s.end_with?('_table')}" }
+      args[:max_slots] = Integer(max_slots) unless max_slots.nil?
+      args[:lease] = "#{Float(lease_seconds)} seconds" unless lease_seconds.nil?
+      named = args.keys.map { |name| "#{name} => ?#{CASTS[name]}" }
       select(connection, "SELECT queue FROM fs_register_queue(#{named.join(', ')})", *args.values)
-      unless defaults
-        select(connection, "SELECT 1 FROM fs_set_limit('*', ?, max_slots => ?)", queue, max_slots || 10_000)
-      end
       queue
     end
 

@@ -71,6 +71,12 @@ class SolidQueueTest < Minitest::Test
     assert_match(/coalesce\(NULLIF\(\(?queue_name\)?(::text)?, ''::text\), 'default'::text\)/i, row["tenant"])
     assert_equal "solid_queue_claimed_executions", row["running_table"].sub(/\Apublic\./, "")
     assert_match(/queue_name/, row["selector"])
+    defaults = conn.select_one("SELECT max_slots, extract(epoch FROM lease)::int AS lease FROM fs_fair_queues WHERE queue = 'solid_queue'")
+    assert_nil defaults["max_slots"], "no slot limit per tenant by default"
+    assert_equal SolidQueue.process_alive_threshold.to_i, defaults["lease"], "the lease is Solid Queue's process_alive_threshold"
+    Fairshare::SolidQueue.register!(max_slots: 4, lease: 90)
+    defaults = conn.select_one("SELECT max_slots, extract(epoch FROM lease)::int AS lease FROM fs_fair_queues WHERE queue = 'solid_queue'")
+    assert_equal [4, 90], [defaults["max_slots"], defaults["lease"]]
   end
 
   # Listed order, a prefix wildcard, a queue left out and a paused queue.
