@@ -32,10 +32,22 @@ module Fairshare
       TEXT_ARRAY.encode(values.map(&:to_s))
     end
 
-    # Runs `sql` with `?` placeholders replaced by the quoted values
-    # (ActiveRecord's own quoting), returning an ActiveRecord::Result.
+    # Runs `sql` with `?` placeholders replaced by the values, quoted by
+    # `connection` itself (the queue library's, which may be another
+    # database than the application's), returning an ActiveRecord::Result.
     def select(connection, sql, *values)
-      connection.select_all(ActiveRecord::Base.sanitize_sql_array([sql, *values]), "Fairshare")
+      connection.select_all(bind(connection, sql, values), "Fairshare")
+    end
+
+    # `sql` with each `?` replaced by the next value, quoted.  The SQL
+    # texts are the gem's own and contain no other question marks.
+    def bind(connection, sql, values)
+      parts = sql.split("?", -1)
+      unless parts.size - 1 == values.size
+        raise ArgumentError, "#{parts.size - 1} placeholders for #{values.size} values"
+      end
+
+      parts.each_with_index.map { |part, i| i.zero? ? part : connection.quote(values[i - 1]) + part }.join
     end
 
     # Registers (or re-registers) a queue with fs_register_queue().  Every
