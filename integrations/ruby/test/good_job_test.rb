@@ -193,8 +193,10 @@ class GoodJobTest < Minitest::Test
   # `rails generate fairshare:good_job`: a migration whose up registers the
   # queue and whose down unregisters it, and the initializer's one line.
   def test_generator_writes_the_migration_and_the_initializer
-    require "generators/fairshare/good_job_generator"
-    capture_io { Fairshare::Generators::GoodJobGenerator.start([], destination_root: @app_root) }
+    require "rails/generators"
+    generator = Rails::Generators.find_by_namespace("fairshare:good_job")
+    assert_equal "Fairshare::Generators::GoodJobGenerator", generator&.name, "rails generate finds fairshare:good_job"
+    capture_io { generator.start([], destination_root: @app_root) }
     migration = Dir[File.join(@app_root, "db/migrate/*_register_fairshare_good_job.rb")].first
     refute_nil migration, "a migration in db/migrate"
     assert_match(/Fairshare::GoodJob\.enable!/, File.read(File.join(@app_root, "config/initializers/fairshare.rb")))

@@ -102,6 +102,21 @@ class SolidQueueTest < Minitest::Test
     assert_equal 0, TestRun.where(queue_name: "tenant_b").count
   end
 
+  # `*` with a paused queue: QueueSelector lists the other queues one by
+  # one; they are claimed as one fair selection, the paused one never.
+  def test_all_queues_with_one_paused
+    Fairshare::SolidQueue.register!
+    SolidQueue::Queue.find_by_name("q_paused").pause
+    jobs = %w[q_a q_b q_paused].flat_map { |queue| Array.new(4) { |i| RecordJob.new("#{queue}-#{i}", 20).set(queue: queue) } }
+    ActiveJob.perform_all_later(jobs)
+    start_worker(queues: "*", threads: 1)
+    wait_until(30, "q_a and q_b") { TestRun.count >= 8 }
+    sleep 1
+    ran = runs.map(&:queue_name)
+    assert_equal({ "q_a" => 4, "q_b" => 4 }, ran.tally)
+    assert_equal 2, ran.first(2).uniq.size, "q_a and q_b take turns: #{ran}"
+  end
+
   # Within a tenant, Solid Queue's order: priority, then job id.
   def test_priorities_within_a_tenant
     Fairshare::SolidQueue.register!
@@ -198,8 +213,10 @@ class SolidQueueTest < Minitest::Test
   # `rails generate fairshare:solid_queue`: a migration whose up registers the
   # queue and whose down unregisters it, and the initializer's one line.
   def test_generator_writes_the_migration_and_the_initializer
-    require "generators/fairshare/solid_queue_generator"
-    capture_io { Fairshare::Generators::SolidQueueGenerator.start([], destination_root: @app_root) }
+    require "rails/generators"
+    generator = Rails::Generators.find_by_namespace("fairshare:solid_queue")
+    assert_equal "Fairshare::Generators::SolidQueueGenerator", generator&.name, "rails generate finds fairshare:solid_queue"
+    capture_io { generator.start([], destination_root: @app_root) }
     migration = Dir[File.join(@app_root, "db/migrate/*_register_fairshare_solid_queue.rb")].first
     refute_nil migration, "a migration in db/migrate"
     assert_match(/Fairshare::SolidQueue\.enable!/, File.read(File.join(@app_root, "config/initializers/fairshare.rb")))
