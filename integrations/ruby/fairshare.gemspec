@@ -17,6 +17,6 @@ Gem::Specification.new do |spec|
   spec.files = Dir["lib/**/*", "README.md"]
   spec.require_paths = ["lib"]
   spec.required_ruby_version = ">= 3.1"
-  spec.add_dependency "activerecord", ">= 7.1"
-  spec.add_dependency "pg", ">= 1.1"
+  spec.add_dependency "activerecord", ">= 7.1", "< 9"
+  spec.add_dependency "pg", "~> 1.1"
 end

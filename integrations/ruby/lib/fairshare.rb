@@ -68,10 +68,12 @@ module Fairshare
       queue
     end
 
-    # The tenant expression wrapped so that rows without a tenant (NULL or
-    # empty) fall into the tenant 'default' and are claimed too.
+    # The tenant expression wrapped so that every row has a tenant fairshare
+    # can claim: rows without one (NULL or empty) fall into 'default', and a
+    # tenant longer than fairshare's 63 bytes becomes 'md5:' and its md5.
     def with_default_tenant(expression)
-      "coalesce(nullif((#{expression})::text, ''), 'default')"
+      tenant = "coalesce(nullif((#{expression})::text, ''), 'default')"
+      "CASE WHEN octet_length(#{tenant}) <= 63 THEN #{tenant} ELSE 'md5:' || md5(#{tenant}) END"
     end
   end
 end

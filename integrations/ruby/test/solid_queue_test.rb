@@ -69,6 +69,7 @@ class SolidQueueTest < Minitest::Test
     Fairshare::SolidQueue.register!
     row = conn.select_one("SELECT tenant, order_by, key, running_table::text, selector FROM fs_fair_queues WHERE queue = 'solid_queue'")
     assert_match(/coalesce\(NULLIF\(\(?queue_name\)?(::text)?, ''::text\), 'default'::text\)/i, row["tenant"])
+    assert_match(/octet_length/, row["tenant"], "long tenants are shortened")
     assert_equal "solid_queue_claimed_executions", row["running_table"].sub(/\Apublic\./, "")
     assert_match(/queue_name/, row["selector"])
     defaults = conn.select_one("SELECT max_slots, extract(epoch FROM lease)::int AS lease FROM fs_fair_queues WHERE queue = 'solid_queue'")
@@ -165,10 +166,11 @@ class SolidQueueTest < Minitest::Test
     ActiveJob.perform_all_later(jobs)
     enqueued_at = Time.now
     RecordJob.set(queue: "org1.work", wait: 2.seconds).perform_later("later", 0)
+    RecordJob.set(queue: "#{'long' * 20}.work").perform_later("long", 0) # a tenant over 63 bytes
     3.times { start_worker(threads: 3) }
-    wait_until(90, "every job") { finished_jobs == 241 + 24 }
+    wait_until(90, "every job") { finished_jobs == 242 + 24 }
     counts = TestRun.group(:ref).count
-    assert_equal 241, counts.size
+    assert_equal 242, counts.size
     assert(counts.all? { |ref, n| n == (ref.start_with?("j-") && ref.delete_prefix("j-").to_i % 10 == 0 ? 2 : 1) },
            "each job ran once per attempt: #{counts.reject { |_, n| n == 1 }.first(5)}")
     assert_operator TestRun.find_by(ref: "later").started_at, :>=, enqueued_at + 2
