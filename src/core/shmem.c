@@ -141,8 +141,8 @@ static HTAB *fs_local_queues = NULL;
 /* The tenant table's partition lists (scanlist.h). */
 FsScanTable fs_tenant_scan;
 
-StaticAssertDecl(sizeof(FsTenant) <= 248,
-				 "a tenant entry must fit in 264 bytes with the hash table's overhead");
+StaticAssertDecl(sizeof(FsTenant) <= 256,
+				 "a tenant entry must fit in 272 bytes with the hash table's overhead");
 
 /* dynahash hash function of tenant keys (queue id, tenant name up to its end). */
 static uint32

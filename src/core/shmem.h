@@ -85,7 +85,7 @@ typedef struct FsLimits
 } FsLimits;
 
 /*
- * A (queue, tenant) entry.  Its size is budgeted: at most 248 bytes (264 with
+ * A (queue, tenant) entry.  Its size is budgeted: at most 256 bytes (272 with
  * the hash table's element header; README.md's target is 288 bytes per entry
  * with the table's overhead), because a server keeps fairshare.max_tenants of
  * them and a decision touches one per call, so every field costs memory and
@@ -121,6 +121,9 @@ typedef struct FsTenant
 								 * what remembers a pointer to the entry
 								 * across a lock release keeps this too, and
 								 * a mismatch means the entry was reused */
+	TransactionId backlog_xid;	/* the transaction whose commit last added
+								 * ready rows: a claim whose snapshot does
+								 * not see it may miss them (fairq/order.c) */
 	/* Not under `mutex`: under the fair-order lock of the entry's queue. */
 	int32		heap_index;		/* with FS_TENANT_QUEUED: its position in
 								 * the queue's fair order (fairq/order.c) */

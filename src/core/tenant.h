@@ -22,6 +22,8 @@
 
 #include <math.h>
 
+#include "access/transam.h"
+
 #include "core/shmem.h"
 
 /*
@@ -357,6 +359,18 @@ fs_tenant_backlog_add(FsTenant *entry, int64 rows, bool fresh)
 	if (fresh)
 		entry->flags &= ~FS_TENANT_DRY;
 	fs_tenant_changed(entry);
+}
+
+/*
+ * The commit of top-level transaction `xid` added ready rows: a claim whose
+ * snapshot was taken before it may not see them.  Not a change a standby
+ * needs (claims run on the primary only).
+ */
+static inline void
+fs_tenant_note_adder(FsTenant *entry, TransactionId xid)
+{
+	if (TransactionIdIsValid(xid))
+		entry->backlog_xid = xid;
 }
 
 /* Its last claim found fewer rows than counted: pass it over for a while. */

@@ -204,7 +204,7 @@ fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
 	plan->skip_dry = true;
 	plan->skipped_dry = false;
 	plan->selective = sel->active;
-	if (sel->active && sel->npassed_over + want > sel->capacity)
+	if (sel->npassed_over + want > sel->capacity)
 	{
 		/* Room for every planned tenant, made before anything changes. */
 		sel->capacity = sel->npassed_over + want + 16;
@@ -333,8 +333,8 @@ fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, Timestam
  * their lease and their tokens now, since a tenant pays for the rows it
  * gets, not for the rows it was admitted to; its tag and served work are
  * corrected to what it got.  True when a tenant came back short (another
- * round may find more).  With a selection, a tenant that came back short
- * is passed over for the rest of the claim.
+ * round may find more among the other tenants): it is passed over for the
+ * rest of the claim, whose snapshot would find it short again.
  */
 static bool
 fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelection *sel)
@@ -353,7 +353,7 @@ fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelecti
 		{
 			short_of_plan = true;
 			/* Room was made in fs_claim_round_plan(): nothing fails here. */
-			if (sel->active && sel->npassed_over < sel->capacity)
+			if (sel->npassed_over < sel->capacity)
 				sel->passed_over[sel->npassed_over++] = pt->entry;
 		}
 		for (k = pt->got; k < pt->admitted; k++)

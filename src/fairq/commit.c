@@ -219,6 +219,12 @@ fs_pre_commit(void)
 	FsClaimedRow *row;
 	FsDelta    *delta;
 
+	/*
+	 * The transaction whose commit adds rows (fs_commit() runs once it is
+	 * visible, when the xid may no longer be at hand).
+	 */
+	fs_xact.xid = GetTopTransactionIdIfAny();
+
 	/* Rows that left through the application's own claim, for fs_commit(). */
 	if (hash_get_num_entries(fs_xact.deltas) > 0)
 	{
@@ -344,7 +350,7 @@ fs_apply_own_claims(TimestampTz now)
 		FsDelta    *delta = fs_xact.own_claims[i].delta;
 
 		fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows,
-							  delta->charge, delta->leaves, now);
+							  delta->charge, delta->leaves, now, fs_xact.xid);
 	}
 }
 
@@ -367,7 +373,8 @@ fs_commit(void)
 			if (delta->key.tenant[0] == '\0')
 				fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
 			else if (delta->leaves == 0 && delta->rows != 0)
-				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0);
+				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0,
+									  fs_xact.xid);
 		}
 		fs_apply_own_claims(fs_commit_now(&now));
 	}

@@ -305,6 +305,8 @@ typedef struct FsTenantChange
 	float8		vtime_before;
 	float8		vtime_after;
 	bool		dry;			/* the tenant had fewer rows than counted */
+	Snapshot	dry_snapshot;	/* ... in this snapshot (NULL: for sure) */
+	TransactionId adder_xid;	/* rows > 0 committed by this transaction */
 	TimestampTz now;
 } FsTenantChange;
 
@@ -315,7 +317,8 @@ extern void fs_fair_change(FsQueue *queue, const char *tenant, bool create,
 						   const FsTenantChange *c);
 extern float8 fs_fair_clamp_cost(float8 cost, bool isnull);
 extern void fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows,
-								  float8 charge, int32 leaves, TimestampTz now);
+								  float8 charge, int32 leaves, TimestampTz now,
+								  TransactionId adder);
 extern void fs_fair_note_runtime(FsQueue *queue, float8 held_ms);
 extern void fs_fair_forget(FsQueue *queue);
 extern void fs_fair_add_without_tenant(FsQueue *queue, int64 rows, int64 untracked);
@@ -396,8 +399,10 @@ extern long fs_claim_map_count(uint32 queue_id);
 
 /*
  * A claim's selection (fs_claim()'s selector_in and selector_not_in), for a
- * queue registered with a selector, and the tenants it found short of rows
- * in the selection (passed over for the rest of the claim, not marked dry).
+ * queue registered with a selector, and the tenants the claim found short
+ * of rows (in its selection, or in its snapshot): passed over for the rest
+ * of the claim.  With a selection they are not marked dry (other claims'
+ * selections may differ).
  */
 typedef struct FsSelection
 {

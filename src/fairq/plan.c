@@ -212,7 +212,7 @@ fs_item_dry(const FsHeapItem *item, const FsTenantView *v, TimestampTz now)
 
 /*
  * Should the plan pass this tenant over: as dry (it notes that it did), or
- * as short of rows in this claim's selection earlier in the claim?
+ * as short of rows earlier in this claim?
  */
 static bool
 fs_plan_skips_dry(FsPlan *plan, const FsHeapItem *item, const FsTenantView *v, TimestampTz now)
@@ -413,6 +413,7 @@ fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now,
 	c.tag = *tag_fix;
 	c.served = *served_fix;
 	c.dry = pt->got < pt->admitted && !plan->selective;
+	c.dry_snapshot = GetActiveSnapshot();	/* the claim query's */
 	if (c.rows == 0 && c.tag == 0 && c.served == 0 && !c.dry)
 		return;
 	fs_fair_change(queue, pt->name, false, &c);

@@ -144,6 +144,7 @@ fs_xact_reset(void)
 	MemoryContextReset(fs_xact.cxt);
 	fs_xact.own_claims = NULL;
 	fs_xact.n_own_claims = 0;
+	fs_xact.xid = InvalidTransactionId;
 }
 
 /* Note an event of the queue `queue_name` (NULL: all) for the end of the transaction. */

@@ -132,6 +132,7 @@ typedef struct FsXactState
 	List	   *events;			/* FsQueueEvent */
 	FsOwnClaim *own_claims;		/* made ready before commit */
 	int			n_own_claims;
+	TransactionId xid;			/* at its commit: the top-level xid */
 	bool		active;			/* something was recorded */
 } FsXactState;
 
