@@ -23,7 +23,7 @@ FS_DEPS_BUILD="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR"
 # and the Node queue libraries come from the npm registry, through
 # integrations/node/install-node (which installs Debian's npm if no npm is
 # there: a node that brings its own npm conflicts with Debian's).
-FS_DEPS_INTEGRATIONS="ruby ruby-pg ruby-rails ruby-connection-pool ruby-useragent"
+FS_DEPS_INTEGRATIONS="ruby ruby-pg ruby-rails ruby-connection-pool ruby-useragent ruby-raabro postgresql-client-$PG_MAJOR"
 FS_DEPS_TEST="postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
  ruby ruby-pg procps clang-14 libclang-rt-14-dev sqlsmith binutils postgresql-$PG_MAJOR-auto-failover
  pgbouncer $FS_DEPS_INTEGRATIONS"
@@ -119,7 +119,8 @@ fs_workdir() {
 	dir="$(mktemp -d "${TMPDIR:-/tmp}/fairshare-$1.XXXXXX")"
 	mkdir -p "$dir/src"
 	tar -C "$FS_ROOT" --exclude=.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
-		--exclude=./results --exclude=./tmp_check -cf - . | tar -C "$dir/src" -xf -
+		--exclude=./results --exclude=./tmp_check --exclude=node_modules --exclude=.toolchain \
+		-cf - . | tar -C "$dir/src" -xf -
 	chmod 755 "$dir"
 	if [ "$(id -un)" != postgres ]; then
 		fs_as_root chown -R postgres: "$dir"

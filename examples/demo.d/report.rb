@@ -17,16 +17,18 @@
 require "optparse"
 require "pg"
 
-opts = { db: "", window: 20.0, picture: "fairshare-demo.png", data: nil, library: "Solid Queue" }
+opts = { db: "", window: 20.0, picture: "fairshare-demo.png", data: nil, library: "Solid Queue",
+         integration: "fairshare/solid_queue" }
 OptionParser.new do |p|
   p.on("--db CONNINFO") { |v| opts[:db] = v }
   p.on("--window SECONDS", Float) { |v| opts[:window] = v }
   p.on("--picture FILE") { |v| opts[:picture] = v }
   p.on("--data DIR", "where to write the plot's data files") { |v| opts[:data] = v }
   p.on("--library NAME", "the queue library's name, for the labels") { |v| opts[:library] = v }
+  p.on("--integration NAME", "fairshare's package for it, for the labels") { |v| opts[:integration] = v }
 end.parse!
 
-RUNS = [["fifo", "FIFO (#{opts[:library]}, stock)"], ["fair", "fairshare (its integration)"]].freeze
+RUNS = [["fifo", "FIFO (#{opts[:library]}, stock)"], ["fair", "fairshare (#{opts[:integration]})"]].freeze
 GREEDY = "greedy"
 
 def percentile(sorted, pct)

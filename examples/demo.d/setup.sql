@@ -19,6 +19,13 @@ CREATE TABLE demo_started (
 CREATE INDEX demo_started_ref ON demo_started (ref);
 COMMENT ON TABLE demo_started IS 'demo: each start of a job of the current run, by which worker';
 
+-- Workers that are up, for adapters whose library keeps no table of its
+-- processes (examples/demo.d/<library>/ready).
+CREATE TABLE demo_ready (
+    worker text NOT NULL
+);
+COMMENT ON TABLE demo_ready IS 'demo: the workers of the current run that are up and polling';
+
 -- One row per job of a finished run: its tenant, when it was enqueued and
 -- first started, in seconds since the run started (started NULL: never), and
 -- how many times it started.

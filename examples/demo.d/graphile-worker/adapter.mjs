@@ -77,6 +77,8 @@ async function worker(o) {
       },
     },
   });
+  // Up: the demo starts its traffic once every worker says so.
+  await pool.query('INSERT INTO demo_ready (worker) VALUES ($1)', [name]);
   await untilSignal();
   await runner.stop();
   await pool.end();

@@ -70,6 +70,8 @@ async function worker(o) {
   };
   await boss.work(QUEUE, { batchSize: threads, burstWhenBatchFull: true, pollingIntervalSeconds: 0.5 },
     (jobs) => Promise.all(jobs.map(run)));
+  // Up: the demo starts its traffic once every worker says so.
+  await db.executeSql('INSERT INTO demo_ready (worker) VALUES ($1)', [name]);
   await untilSignal();
   await boss.stop({ graceful: true, wait: true, timeout: 3000 });
 }

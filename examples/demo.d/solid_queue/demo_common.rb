@@ -37,7 +37,8 @@ module Demo
 
   # The small tenants' arrivals: [seconds from the start, tenant number],
   # a Poisson process at `small_rate` jobs/s over `seconds`, tenants drawn
-  # uniformly (the schedule of examples/demo.d/enqueue.rb).
+  # uniformly from Ruby's Random(seed): integrations/node/demo/traffic.js
+  # draws the same schedule for the Node libraries.
   def arrivals(opts)
     return [] if opts[:small_tenants] <= 0 || opts[:seconds] <= 0
 

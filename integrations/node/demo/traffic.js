@@ -1,8 +1,8 @@
-// The demo's traffic (examples/demo.d/enqueue.rb): a burst of jobs of one
+// The demo's traffic (as examples/demo.d/solid_queue/demo_common.rb draws it): a burst of jobs of one
 // greedy tenant, then small tenants arriving as a Poisson process, from a
 // fixed seed. The generator is Ruby's (MT19937 seeded as Ruby seeds it,
 // rand as genrand_res53, rand(n) by masked rejection), so a seed gives the
-// same arrival times and tenants as enqueue.rb.
+// same arrival times and tenants as the Ruby adapters.
 
 // MT19937 with Ruby's seeding (init_genrand for a seed of one 32-bit word,
 // init_by_array for a longer one) and its float and integer draws.
