@@ -57,6 +57,16 @@ def max_min_shares(demands, capacity)
   shares
 end
 
+# Jobs started per second from the first enqueue to the last start: the
+# rate a run worked its whole backlog at (with --drain, every job).
+def drain_rate(jobs)
+  started = jobs.map { |j| j[2] }.compact
+  return 0.0 if started.empty?
+
+  span = started.max - jobs.map { |j| j[1] }.min
+  span.positive? ? started.size / span : 0.0
+end
+
 def jain(values)
   return nil if values.empty?
 
@@ -96,6 +106,7 @@ RUNS.each do |run, _|
     greedy_in_window: greedy_claimed.count { |j| j[2] <= opts[:window] },
     throughput: in_window.size / opts[:window],
     jain: jain(ratios), ended: ended,
+    drain_rate: drain_rate(jobs),
     run_twice: rows.count { |r| r["starts"].to_i > 1 },
     never_started: rows.count { |r| r["starts"].to_i.zero? }
   }
@@ -153,10 +164,12 @@ verdict = if fifo[:small_p99] && fair[:small_p99]&.positive?
 # Machine-readable line for scripts and tests.
 puts(format("RESULT fifo_small_p99=%.4f fair_small_p99=%.4f fifo_throughput=%.2f fair_throughput=%.2f " \
             "fifo_jain=%.4f fair_jain=%.4f fifo_run_twice=%d fair_run_twice=%d " \
-            "fifo_not_started=%d fair_not_started=%d empty_small_p99=%.4f",
+            "fifo_not_started=%d fair_not_started=%d empty_small_p99=%.4f " \
+            "fifo_drain_rate=%.2f fair_drain_rate=%.2f",
             fifo[:small_p99] || -1, fair[:small_p99] || -1, fifo[:throughput], fair[:throughput],
             fifo[:jain] || -1, fair[:jain] || -1, fifo[:run_twice], fair[:run_twice],
-            fifo[:never_started], fair[:never_started], empty_p99 || -1))
+            fifo[:never_started], fair[:never_started], empty_p99 || -1,
+            fifo[:drain_rate], fair[:drain_rate]))
 
 unless opts[:data]
   puts(verdict)
