@@ -270,8 +270,10 @@ COMMENT ON COLUMN fs_fair_queues.selector IS 'expression over a ready row giving
 -- fs_limits says nothing (a queue registered from now on without max_slots
 -- lets a tenant hold any number of slots).
 ALTER TABLE fs_fair_queues ADD COLUMN max_slots integer CHECK (max_slots >= 0),
-                           ADD COLUMN lease interval;
+                           ADD COLUMN lease interval
+                               CHECK (lease > interval '0' AND lease <= interval '366 days');
 UPDATE fs_fair_queues SET max_slots = 1;
+COMMENT ON COLUMN fs_limits.max_slots IS 'most slots the tenant may hold at once (default: its fair-dequeue queue''s max_slots, else 1; 0 stops the tenant)';
 COMMENT ON COLUMN fs_fair_queues.max_slots IS 'most slots a tenant of the queue may hold at once when no row of fs_limits sets its max_slots; NULL: no limit (a lone tenant may use every free worker)';
 COMMENT ON COLUMN fs_fair_queues.lease IS 'the lease of a claim that passes none; NULL: 5 minutes';
 COMMENT ON FUNCTION fs_limits_changed() IS

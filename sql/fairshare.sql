@@ -85,7 +85,7 @@ COMMENT ON TABLE fs_limits IS
 'Per-tenant limits, per queue.  ''*'' as tenant or queue is the default for any tenant or queue.  A NULL field inherits: (queue, tenant) > (''*'', tenant) > (queue, ''*'') > (''*'', ''*'') > built-in defaults.  Changes apply when the changing transaction commits.';
 COMMENT ON COLUMN fs_limits.queue IS 'queue name, or ''*'' for every queue';
 COMMENT ON COLUMN fs_limits.tenant IS 'tenant name, or ''*'' for every tenant';
-COMMENT ON COLUMN fs_limits.max_slots IS 'most slots the tenant may hold at once (default 1; 0 stops the tenant)';
+COMMENT ON COLUMN fs_limits.max_slots IS 'most slots the tenant may hold at once (default: its fair-dequeue queue''s max_slots, else 1; 0 stops the tenant)';
 COMMENT ON COLUMN fs_limits.min_slots IS 'slots the global gate always leaves the tenant, up to max_slots (default 0)';
 COMMENT ON COLUMN fs_limits.weight IS 'relative share in fair dequeue (default 1)';
 COMMENT ON COLUMN fs_limits.budget_ms_per_minute IS 'token budget in milliseconds of worker time per minute; NULL inherits, ''infinity'' means no budget (the default)';
@@ -751,7 +751,7 @@ CREATE TABLE fs_fair_queues (
     registered_at  timestamptz NOT NULL DEFAULT now(),
     selector       text,
     max_slots      integer CHECK (max_slots >= 0),
-    lease          interval
+    lease          interval CHECK (lease > interval '0' AND lease <= interval '366 days')
 );
 
 COMMENT ON TABLE fs_fair_queues IS

@@ -13,6 +13,7 @@
 #include "core/common.h"
 #include "core/scanlist.h"
 
+#include "access/transam.h"
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/condition_variable.h"
@@ -117,13 +118,14 @@ typedef struct FsTenant
 	uint64		leases_expired;
 	uint64		failed_to_deliver;
 	float8		served_ms;		/* work served, for fairness metrics */
+	FullTransactionId backlog_fxid; /* the newest transaction whose commit
+									 * added ready rows: a claim whose snapshot
+									 * may not see it does not mark the tenant
+									 * dry (fairq/order.c) */
 	uint32		generation;		/* new for every entry created or recycled:
 								 * what remembers a pointer to the entry
 								 * across a lock release keeps this too, and
 								 * a mismatch means the entry was reused */
-	TransactionId backlog_xid;	/* the transaction whose commit last added
-								 * ready rows: a claim whose snapshot does
-								 * not see it may miss them (fairq/order.c) */
 	/* Not under `mutex`: under the fair-order lock of the entry's queue. */
 	int32		heap_index;		/* with FS_TENANT_QUEUED: its position in
 								 * the queue's fair order (fairq/order.c) */

@@ -362,15 +362,16 @@ fs_tenant_backlog_add(FsTenant *entry, int64 rows, bool fresh)
 }
 
 /*
- * The commit of top-level transaction `xid` added ready rows: a claim whose
- * snapshot was taken before it may not see them.  Not a change a standby
- * needs (claims run on the primary only).
+ * The commit of top-level transaction `fxid` added ready rows: a claim whose
+ * snapshot was taken before it may not see them.  The newest adder is kept
+ * (commits apply here in no particular order).  Not a change a standby needs
+ * (claims run on the primary only).
  */
 static inline void
-fs_tenant_note_adder(FsTenant *entry, TransactionId xid)
+fs_tenant_note_adder(FsTenant *entry, FullTransactionId fxid)
 {
-	if (TransactionIdIsValid(xid))
-		entry->backlog_xid = xid;
+	if (FullTransactionIdIsValid(fxid) && FullTransactionIdFollows(fxid, entry->backlog_fxid))
+		entry->backlog_fxid = fxid;
 }
 
 /* Its last claim found fewer rows than counted: pass it over for a while. */

@@ -204,16 +204,9 @@ fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
 	plan->skip_dry = true;
 	plan->skipped_dry = false;
 	plan->selective = sel->active;
-	if (sel->npassed_over + want > sel->capacity)
-	{
-		/* Room for every planned tenant, made before anything changes. */
-		sel->capacity = sel->npassed_over + want + 16;
-		sel->passed_over = sel->passed_over == NULL ?
-			palloc(sizeof(FsTenant *) * sel->capacity) :
-			repalloc(sel->passed_over, sizeof(FsTenant *) * sel->capacity);
-	}
-	plan->passed_over = sel->passed_over;
-	plan->npassed_over = sel->npassed_over;
+	/* Room for every planned tenant, made before anything changes. */
+	fs_passed_over_reserve(sel, want);
+	plan->passed = sel;
 	fs_plan_make(fq, plan, est_cost, now);
 	if (plan->ntenants == 0 && plan->skipped_dry)
 	{
@@ -353,8 +346,7 @@ fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelecti
 		{
 			short_of_plan = true;
 			/* Room was made in fs_claim_round_plan(): nothing fails here. */
-			if (sel->npassed_over < sel->capacity)
-				sel->passed_over[sel->npassed_over++] = pt->entry;
+			fs_passed_over_add(sel, pt->entry);
 		}
 		for (k = pt->got; k < pt->admitted; k++)
 		{

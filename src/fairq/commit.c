@@ -137,7 +137,9 @@ fs_merge_subxact(SubTransactionId subid, SubTransactionId parent)
 				to->queue = copy.queue;
 				to->rows = to->leaves = 0;
 				to->charge = 0;
+				to->added = false;
 			}
+			to->added |= copy.added;
 			to->rows += copy.rows;
 			to->leaves += copy.leaves;
 			to->charge += copy.charge;
@@ -223,7 +225,7 @@ fs_pre_commit(void)
 	 * The transaction whose commit adds rows (fs_commit() runs once it is
 	 * visible, when the xid may no longer be at hand).
 	 */
-	fs_xact.xid = GetTopTransactionIdIfAny();
+	fs_xact.fxid = GetTopFullTransactionIdIfAny();
 
 	/* Rows that left through the application's own claim, for fs_commit(). */
 	if (hash_get_num_entries(fs_xact.deltas) > 0)
@@ -315,6 +317,13 @@ fs_own_claim_cmp(const void *a, const void *b)
 	return strcmp(x->delta->key.tenant, y->delta->key.tenant);
 }
 
+/* This transaction, if `delta` says it made rows ready (whatever the net). */
+static FullTransactionId
+fs_delta_adder(const FsDelta *delta)
+{
+	return delta->added ? fs_xact.fxid : InvalidFullTransactionId;
+}
+
 /*
  * Apply the rows that left through the application's own claim.  Each
  * advances its tenant's tag as a claim would, and moves the queue's virtual
@@ -350,7 +359,7 @@ fs_apply_own_claims(TimestampTz now)
 		FsDelta    *delta = fs_xact.own_claims[i].delta;
 
 		fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows,
-							  delta->charge, delta->leaves, now, fs_xact.xid);
+							  delta->charge, delta->leaves, now, fs_delta_adder(delta));
 	}
 }
 
@@ -372,9 +381,9 @@ fs_commit(void)
 		{
 			if (delta->key.tenant[0] == '\0')
 				fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
-			else if (delta->leaves == 0 && delta->rows != 0)
+			else if (delta->leaves == 0 && (delta->rows != 0 || delta->added))
 				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0,
-									  fs_xact.xid);
+									  fs_delta_adder(delta));
 		}
 		fs_apply_own_claims(fs_commit_now(&now));
 	}

@@ -305,8 +305,10 @@ typedef struct FsTenantChange
 	float8		vtime_before;
 	float8		vtime_after;
 	bool		dry;			/* the tenant had fewer rows than counted */
-	Snapshot	dry_snapshot;	/* ... in this snapshot (NULL: for sure) */
-	TransactionId adder_xid;	/* rows > 0 committed by this transaction */
+	FullTransactionId dry_horizon;	/* ... in a snapshot that sees every
+									 * transaction before this one (its
+									 * xmin); invalid: for sure */
+	FullTransactionId adder;	/* its commit added ready rows */
 	TimestampTz now;
 } FsTenantChange;
 
@@ -318,7 +320,7 @@ extern void fs_fair_change(FsQueue *queue, const char *tenant, bool create,
 extern float8 fs_fair_clamp_cost(float8 cost, bool isnull);
 extern void fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows,
 								  float8 charge, int32 leaves, TimestampTz now,
-								  TransactionId adder);
+								  FullTransactionId adder);
 extern void fs_fair_note_runtime(FsQueue *queue, float8 held_ms);
 extern void fs_fair_forget(FsQueue *queue);
 extern void fs_fair_add_without_tenant(FsQueue *queue, int64 rows, int64 untracked);
@@ -409,13 +411,17 @@ typedef struct FsSelection
 	bool		active;
 	Datum		in;				/* text[] of LIKE patterns; 0: any */
 	Datum		not_in;			/* text[] of LIKE patterns; 0: none */
+	/* the passed-over tenants: a set by entry, open addressing */
 	FsTenant  **passed_over;
 	int			npassed_over;
-	int			capacity;
+	int			passed_size;	/* slots of passed_over: a power of two */
 } FsSelection;
 
 /* selection.c */
 extern void fs_selection_args(FunctionCallInfo fcinfo, FsFairDesc *desc, FsSelection *sel);
+extern void fs_passed_over_reserve(FsSelection *sel, int more);
+extern void fs_passed_over_add(FsSelection *sel, FsTenant *entry);
+extern bool fs_passed_over_has(const FsSelection *sel, const FsTenant *entry);
 
 /* Weight of the newest sample in the moving averages of cost and run time. */
 #define FS_EMA_ALPHA		0.05
@@ -617,12 +623,12 @@ typedef struct FsPlan
 	bool		skipped_dry;	/* ... and some were passed over */
 	/*
 	 * A claim with a selection (fs_claim()'s selector_in, selector_not_in):
-	 * a tenant short of rows in it is not marked dry for other claims, but
-	 * passed over for the rest of this claim (the claim's list, read only).
+	 * a tenant short of rows in it is not marked dry for other claims.
+	 * Every claim passes over, for the rest of it, the tenants that came
+	 * back short in it (the claim's set, read only here).
 	 */
 	bool		selective;
-	FsTenant  **passed_over;
-	int			npassed_over;
+	const FsSelection *passed;
 } FsPlan;
 
 /* What planning needs to know about a tenant, read under its spinlock. */

@@ -768,46 +768,20 @@ fs_change_init(FsTenantChange *c, TimestampTz now)
 }
 
 /*
- * Would `snapshot` miss what top-level transaction `xid` committed: was it
- * still running, or not yet started, when the snapshot was taken?  For an
- * MVCC snapshot taken on the primary, whose xip lists every running
- * top-level transaction even when its subtransactions overflowed.  Unlike
- * XidInMVCCSnapshot(), it never reads pg_subtrans, so it may run under a
- * lock.
- */
-static bool
-fs_snapshot_misses(Snapshot snapshot, TransactionId xid)
-{
-	if (!TransactionIdIsNormal(xid) || TransactionIdPrecedes(xid, snapshot->xmin))
-		return false;
-	if (TransactionIdFollowsOrEquals(xid, snapshot->xmax))
-		return true;
-	for (uint32 i = 0; i < snapshot->xcnt; i++)
-		if (TransactionIdEquals(snapshot->xip[i], xid))
-			return true;
-	return false;
-}
-
-/*
  * Should a tenant whose claim came back short be passed over for a while?
- * Not when the claim's snapshot missed the commit that last added its rows:
- * the rows the count has may be those, and a fresh snapshot sees them.
- * Called with the queue's lock held; the check itself holds no spinlock,
- * and the tenant is marked only if no other commit added rows meanwhile.
+ * Not when the claim's snapshot may have missed a commit that added its
+ * rows: the rows the count has may be those, and a fresh snapshot sees
+ * them.  The snapshot saw every transaction before `horizon` (its xmin), so
+ * the tenant is marked only if its newest adder is older than that.
  */
 static bool
-fs_fair_mark_dry(FsTenant *entry, Snapshot snapshot)
+fs_fair_mark_dry(FsTenant *entry, FullTransactionId horizon)
 {
-	TransactionId adder;
 	bool		marked = false;
 
 	fs_tenant_lock(entry);
-	adder = entry->backlog_xid;
-	fs_tenant_unlock(entry);
-	if (snapshot != NULL && fs_snapshot_misses(snapshot, adder))
-		return false;
-	fs_tenant_lock(entry);
-	if (entry->backlog_xid == adder)
+	if (!FullTransactionIdIsValid(horizon) ||
+		FullTransactionIdPrecedes(entry->backlog_fxid, horizon))
 	{
 		fs_tenant_mark_dry(entry);
 		marked = true;
@@ -850,8 +824,7 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 	 */
 	fs_tenant_backlog_add(entry, fq->resync_gen == c->resync_gen ? c->rows : c->rows_recounted,
 						  c->rows > 0);
-	if (c->rows > 0)
-		fs_tenant_note_adder(entry, c->adder_xid);
+	fs_tenant_note_adder(entry, c->adder);
 	fs_tenant_served_add(entry, c->served + c->claimed_cost);
 	if (c->claimed_cost > 0)
 	{
@@ -865,7 +838,7 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 
 	fs_fair_shift_tag_locked(fq, entry, tag + (c->cost + c->claimed_cost) / weight);
 	fs_fair_enqueue_locked(fq, entry, false);
-	if (c->dry && fs_fair_mark_dry(entry, c->dry_snapshot))
+	if (c->dry && fs_fair_mark_dry(entry, c->dry_horizon))
 	{
 		int32		i = fs_heap_find(fq, entry);
 
@@ -883,12 +856,12 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
  * ready rows, and `charge` cost units of `leaves` rows that left the ready
  * state without fs_claim() (an application's own claim), which advance the
  * tenant's tag as a claim would (`now` is read only then).  `adder`: the
- * committing top-level transaction.  Only a tenant that becomes backlogged
+ * committing top-level transaction, if it added rows (invalid otherwise).  Only a tenant that becomes backlogged
  * (or is charged) needs the queue's lock; the rest is one spinlock.
  */
 void
 fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 charge,
-					  int32 leaves, TimestampTz now, TransactionId adder)
+					  int32 leaves, TimestampTz now, FullTransactionId adder)
 {
 	FsTenantRef ref;
 	FsTenant   *entry;
@@ -907,8 +880,7 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 		}
 		fs_tenant_lock(entry);
 		fs_tenant_backlog_add(entry, rows, rows > 0);
-		if (rows > 0)
-			fs_tenant_note_adder(entry, adder);
+		fs_tenant_note_adder(entry, adder);
 		enqueue = entry->ready_rows != 0 && !(entry->flags & FS_TENANT_QUEUED);
 		fs_tenant_unlock(entry);
 		if (enqueue)
@@ -927,7 +899,7 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 	c.rows = c.rows_recounted = rows;
 	c.resync_gen = fs_fair_queue(queue)->resync_gen;
 	c.claimed_cost = charge;
-	c.adder_xid = adder;
+	c.adder = adder;
 	fs_fair_change(queue, tenant, true, &c);
 }
 

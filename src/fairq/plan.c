@@ -12,6 +12,7 @@
 
 #include <math.h>
 
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -72,8 +73,7 @@ fs_plan_init(FsPlan *plan, int32 want, int aside_capacity, int32 floor_capacity)
 	plan->pick_tenant = palloc(sizeof(int) * want);
 	plan->pick_start = palloc(sizeof(float8) * want);
 	plan->selective = false;
-	plan->passed_over = NULL;
-	plan->npassed_over = 0;
+	plan->passed = NULL;
 }
 
 /* After planning: each tenant's start tags, in the order of its rows. */
@@ -217,11 +217,8 @@ fs_item_dry(const FsHeapItem *item, const FsTenantView *v, TimestampTz now)
 static bool
 fs_plan_skips_dry(FsPlan *plan, const FsHeapItem *item, const FsTenantView *v, TimestampTz now)
 {
-	int			i;
-
-	for (i = 0; i < plan->npassed_over; i++)
-		if (plan->passed_over[i] == item->tenant)
-			return true;
+	if (plan->passed != NULL && fs_passed_over_has(plan->passed, item->tenant))
+		return true;
 	if (!plan->skip_dry || !fs_item_dry(item, v, now))
 		return false;
 	plan->skipped_dry = true;
@@ -387,6 +384,22 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 }
 
 /*
+ * The oldest transaction `snapshot` may not see, as a full transaction id:
+ * its xmin, in the epoch that puts it at most 2^31 before the next xid
+ * (every transaction before it had ended when the snapshot was taken).
+ */
+static FullTransactionId
+fs_snapshot_horizon(Snapshot snapshot)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+	uint32		epoch = EpochFromFullTransactionId(next);
+
+	if (snapshot->xmin > XidFromFullTransactionId(next))
+		epoch--;
+	return FullTransactionIdFromEpochAndXid(epoch, snapshot->xmin);
+}
+
+/*
  * Settle one planned tenant after the query: give back reservations and tag
  * advances of rows it did not get, correct the tag for real costs, and mark
  * it dry if the table had fewer claimable rows than it had leases for (not
@@ -413,7 +426,8 @@ fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now,
 	c.tag = *tag_fix;
 	c.served = *served_fix;
 	c.dry = pt->got < pt->admitted && !plan->selective;
-	c.dry_snapshot = GetActiveSnapshot();	/* the claim query's */
+	if (c.dry)
+		c.dry_horizon = fs_snapshot_horizon(GetActiveSnapshot());	/* the claim query's */
 	if (c.rows == 0 && c.tag == 0 && c.served == 0 && !c.dry)
 		return;
 	fs_fair_change(queue, pt->name, false, &c);

@@ -97,3 +97,64 @@ fs_selection_args(FunctionCallInfo fcinfo, FsFairDesc *desc, FsSelection *sel)
 				 errmsg("queue \"%s\" has no selector to select rows by", desc->queue_name),
 				 errhint("Register the queue with selector => the column a claim selects by, such as 'queue_name'.")));
 }
+
+/* Slot of `entry` in the passed-over set: where it is, or the free one it would take. */
+static int
+fs_passed_over_slot(FsTenant *const *set, int size, const FsTenant *entry)
+{
+	uint32		h = (uint32) (((uintptr_t) entry >> 4) * 2654435761u);
+	int			mask = size - 1;
+	int			i;
+
+	for (i = h & mask; set[i] != NULL && set[i] != entry; i = (i + 1) & mask)
+		;
+	return i;
+}
+
+/*
+ * Make room in the claim's passed-over set for `more` tenants (at most half
+ * full), before a round changes shared state: adding one then cannot fail.
+ */
+void
+fs_passed_over_reserve(FsSelection *sel, int more)
+{
+	FsTenant  **old = sel->passed_over;
+	int			old_size = sel->passed_size;
+	int			size = Max(old_size, 16);
+
+	while (size < 2 * (sel->npassed_over + more))
+		size <<= 1;
+	if (size == old_size)
+		return;
+	sel->passed_over = palloc0(sizeof(FsTenant *) * size);
+	sel->passed_size = size;
+	for (int i = 0; i < old_size; i++)
+		if (old[i] != NULL)
+			sel->passed_over[fs_passed_over_slot(sel->passed_over, size, old[i])] = old[i];
+	if (old != NULL)
+		pfree(old);
+}
+
+/* Pass `entry` over for the rest of the claim (room was reserved). */
+void
+fs_passed_over_add(FsSelection *sel, FsTenant *entry)
+{
+	int			i;
+
+	Assert(2 * (sel->npassed_over + 1) <= sel->passed_size);
+	i = fs_passed_over_slot(sel->passed_over, sel->passed_size, entry);
+	if (sel->passed_over[i] == NULL)
+	{
+		sel->passed_over[i] = entry;
+		sel->npassed_over++;
+	}
+}
+
+/* Was `entry` passed over earlier in the claim? */
+bool
+fs_passed_over_has(const FsSelection *sel, const FsTenant *entry)
+{
+	if (sel->npassed_over == 0)
+		return false;
+	return sel->passed_over[fs_passed_over_slot(sel->passed_over, sel->passed_size, entry)] == entry;
+}

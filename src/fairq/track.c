@@ -144,7 +144,7 @@ fs_xact_reset(void)
 	MemoryContextReset(fs_xact.cxt);
 	fs_xact.own_claims = NULL;
 	fs_xact.n_own_claims = 0;
-	fs_xact.xid = InvalidTransactionId;
+	fs_xact.fxid = InvalidFullTransactionId;
 }
 
 /* Note an event of the queue `queue_name` (NULL: all) for the end of the transaction. */
@@ -189,7 +189,10 @@ fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves, float
 		delta->rows = 0;
 		delta->leaves = 0;
 		delta->charge = 0;
+		delta->added = false;
 	}
+	if (rows > 0)
+		delta->added = true;
 	delta->rows += rows;
 	delta->leaves += leaves;
 	delta->charge += charge;

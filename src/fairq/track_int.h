@@ -26,6 +26,8 @@ typedef struct FsDelta
 	int64		rows;
 	int32		leaves;			/* rows that left without fs_claim() */
 	float8		charge;			/* their cost */
+	bool		added;			/* a row entered the ready state (whatever
+								 * the net change) */
 } FsDelta;
 
 /* One tenant of one fs_claim() round, for rollback. */
@@ -132,7 +134,7 @@ typedef struct FsXactState
 	List	   *events;			/* FsQueueEvent */
 	FsOwnClaim *own_claims;		/* made ready before commit */
 	int			n_own_claims;
-	TransactionId xid;			/* at its commit: the top-level xid */
+	FullTransactionId fxid;		/* at its commit: the top-level xid */
 	bool		active;			/* something was recorded */
 } FsXactState;
 

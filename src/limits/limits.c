@@ -323,7 +323,7 @@ fs_limits_resolve(FsQueue *queue, const char *tenant, FsLimits *out, uint32 *gen
 				(errcode(edata->sqlerrcode),
 				 errmsg("fairshare could not read fs_limits, so this decision fails open: %s",
 						edata->message),
-				 errhint("Make fs_limits readable by the roles that call fairshare (it is granted to PUBLIC at install).")));
+				 errhint("Make fs_limits and fs_fair_queues readable by the roles that call fairshare (both are granted to PUBLIC at install).")));
 		FreeErrorData(edata);
 	}
 

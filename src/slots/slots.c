@@ -278,7 +278,9 @@ fs_slot_decide(FsQueue *queue, const char *tenant, TimestampTz now, TimestampTz 
 		outcome = FS_SLOT_DENIED;
 		fs_tenant_count_decision(entry, *deny_reason);
 	}
-	d->runs_possible = Max(ceiling - entry->slots_in_use + (outcome == FS_SLOT_GRANTED ? 1 : 0), 0);
+	/* A tenant without a slot limit can start any number: unlimited (-1). */
+	d->runs_possible = ceiling == FS_NO_SLOT_LIMIT ? -1 :
+		Max(ceiling - entry->slots_in_use + (outcome == FS_SLOT_GRANTED ? 1 : 0), 0);
 	decision->slots_in_use = entry->slots_in_use;
 	fs_tenant_unlock(entry);
 	fs_tenant_close(&ref);
