@@ -337,6 +337,30 @@ fs_claim_map_collect(uint32 queue_id, int *count)
 	return copies.entries;
 }
 
+/*
+ * A queue is unregistered (explicitly, or its table dropped) in this
+ * transaction: the leases of its claimed rows are released with it, as
+ * fs_release_slot() would (freed at commit, kept if the transaction rolls
+ * back), for no row of it can leave a running table any more.  Its
+ * claim-map entries go at commit (fs_claim_map_remove_queue()).
+ */
+void
+fs_claim_map_release_queue(uint32 queue_id)
+{
+	FsClaimEntry *entries;
+	TimestampTz now = fs_now();
+	int			n;
+
+	entries = fs_claim_map_collect(queue_id, &n);
+	for (int k = 0; k < n; k++)
+	{
+		int64		held;
+
+		(void) fs_slot_release(entries[k].lease_id, now, &held);
+	}
+	pfree(entries);
+}
+
 /* fs_claim_map_scan() visitor: remove the entries of one queue. */
 static void
 fs_claim_remove_visit(void *hash_entry, void *arg)

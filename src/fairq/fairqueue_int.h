@@ -385,6 +385,7 @@ enum
 
 extern uint64 fs_claim_map_save(StringInfo buf, uint32 nqueues);
 extern FsClaimEntry *fs_claim_map_collect(uint32 queue_id, int *count);
+extern void fs_claim_map_release_queue(uint32 queue_id);
 extern void fs_claim_map_remove(const FsClaimKey *key, int64 lease_id);
 extern void fs_claim_map_remove_queue(uint32 queue_id);
 extern bool fs_claim_map_insert(const FsClaimKey *key, int64 lease_id, float8 est_cost, const char *tenant);

@@ -727,7 +727,8 @@ fs_unregister_queue(PG_FUNCTION_ARGS)
 /*
  * Remove the registration `old` of `queue`: its row, the index it created,
  * its triggers (on whichever of its tables still exists), and, when this
- * transaction commits, its state in shared memory.  SPI connected.
+ * transaction commits, its state in shared memory (and the leases of its
+ * claimed rows, released).  SPI connected.
  */
 static void
 fs_unregister_row(HeapTuple old, TupleDesc old_desc, const char *queue)
@@ -753,7 +754,13 @@ fs_unregister_row(HeapTuple old, TupleDesc old_desc, const char *queue)
 		fs_sync_triggers(running_relid);
 	/* Not preloaded: no state in shared memory to forget. */
 	if (fs_fair != NULL)
+	{
+		FsQueue    *q = fs_queue_lookup(queue, false);
+
 		fs_track_registration_changed(queue, true);
+		if (q != NULL)
+			fs_claim_map_release_queue(q->queue_id);
+	}
 }
 
 /*

@@ -993,3 +993,28 @@ SELECT fs_register_queue('qd', 'qd_jobs', 'tenant', 'id', lease => '0 seconds');
 SELECT fs_register_queue('qd', 'qd_jobs', 'tenant', 'id', lease => '400 days');
 SELECT fs_unregister_queue('qd');
 DROP TABLE qd_jobs;
+
+-- Unregistering a queue (or dropping its table) releases the leases of its
+-- claimed rows at commit: no row of it can leave a running table any more.
+CREATE TABLE ul_jobs (id int PRIMARY KEY, tenant text NOT NULL);
+CREATE TABLE ul_running (id int PRIMARY KEY);
+SELECT queue FROM fs_register_queue('ul', 'ul_jobs', 'tenant', 'id', running_table => 'ul_running');
+INSERT INTO ul_jobs VALUES (1, 'a'), (2, 'b'), (3, 'a');
+WITH c AS (SELECT (job).id FROM fs_claim('ul', NULL::ul_jobs, 2)),
+     d AS (DELETE FROM ul_jobs USING c WHERE ul_jobs.id = c.id)
+INSERT INTO ul_running SELECT id FROM c;
+SELECT count(*) AS leases FROM fs_leases WHERE queue = 'ul';
+BEGIN;
+SELECT fs_unregister_queue('ul');
+ROLLBACK;
+SELECT count(*) AS leases_after_rollback FROM fs_leases WHERE queue = 'ul';
+SELECT fs_unregister_queue('ul');
+SELECT count(*) AS leases_after_unregister FROM fs_leases WHERE queue = 'ul';
+SELECT queue FROM fs_register_queue('ul', 'ul_jobs', 'tenant', 'id', running_table => 'ul_running');
+WITH c AS (SELECT (job).id FROM fs_claim('ul', NULL::ul_jobs, 1)),
+     d AS (DELETE FROM ul_jobs USING c WHERE ul_jobs.id = c.id)
+INSERT INTO ul_running SELECT id FROM c;
+SELECT count(*) AS leases FROM fs_leases WHERE queue = 'ul';
+DROP TABLE ul_running;
+SELECT count(*) AS leases_after_drop FROM fs_leases WHERE queue = 'ul';
+DROP TABLE ul_jobs;
