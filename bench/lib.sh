@@ -15,7 +15,7 @@ BENCH_ROUNDS="${BENCH_ROUNDS:-3}"
 # Set up a benchmark: deps, build, install, a cluster (config on stdin).
 bench_setup() {
 	local name="$1"
-	fs_install_deps $FS_DEPS_BUILD $FS_DEPS_BENCH || fs_die "could not install the Debian packages"
+	fs_install_deps $FS_DEPS_BUILD $FS_DEPS_BENCH && fs_install_npm || fs_die "could not install the Debian packages"
 	fs_build_install || fs_die "the build failed"
 	BENCH_WORK="$(fs_workdir "bench-$name")"
 	PGPORT="${PGPORT:-5488}" fs_cluster_start "$BENCH_WORK"

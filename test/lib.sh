@@ -28,7 +28,7 @@ FS_DEPS_TEST="postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl 
  ruby ruby-pg procps clang-14 libclang-rt-14-dev sqlsmith binutils postgresql-$PG_MAJOR-auto-failover
  pgbouncer $FS_DEPS_INTEGRATIONS"
 FS_DEPS_DEMO="gnuplot-nox procps $FS_DEPS_INTEGRATIONS"
-FS_DEPS_BENCH="redis-server redis-tools ruby ruby-pg procps nodejs npm"
+FS_DEPS_BENCH="redis-server redis-tools ruby ruby-pg procps"
 
 fs_log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 fs_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -64,6 +64,12 @@ fs_install_deps() {
 		fs_log "apt-get update failed; trying with the package lists already here"
 	fs_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		"${missing[@]}" >/dev/null
+}
+
+# Debian's nodejs and npm, unless an npm is there already (a node that brings
+# its own npm, as NodeSource's does, conflicts with Debian's npm package).
+fs_install_npm() {
+	command -v npm >/dev/null 2>&1 || fs_install_deps nodejs npm
 }
 
 # Sets PG_BINDIR / PG_PKGLIBDIR / PG_CONFIG_BIN for the installation tests use.
