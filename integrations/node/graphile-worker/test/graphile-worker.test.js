@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { runMigrations, makeWorkerUtils } from 'graphile-worker';
 import { register, rewriteClaim } from '../src/index.js';
-import { createDatabase, withClient, startWorker, waitFor, startPgBouncer, sleep } from './helpers.js';
+import { createDatabase, withClient, startWorker, waitFor, startPgBouncer, sleep } from '../../test/helpers.js';
 
 const WORKER = fileURLToPath(new URL('./worker.js', import.meta.url));
 let db;

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { PgBoss } from 'pg-boss';
 import { register, rewriteFetch } from '../src/index.js';
-import { createDatabase, withClient, startWorker, waitFor, startPgBouncer, sleep } from './helpers.js';
+import { createDatabase, withClient, startWorker, waitFor, startPgBouncer, sleep } from '../../test/helpers.js';
 
 const WORKER = fileURLToPath(new URL('./worker.js', import.meta.url));
 let db;

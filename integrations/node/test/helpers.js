@@ -1,11 +1,16 @@
-// Test support: throwaway databases on the server named by PGHOST/PGPORT/
-// PGUSER, real worker processes, and a PgBouncer in transaction mode.
+// Test support shared by both packages' tests: throwaway databases on the
+// server named by PGHOST/PGPORT/PGUSER, real worker processes, and a
+// PgBouncer in transaction mode.
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync, chmodSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
+
+// node-postgres from the package under test (its tests run in its folder,
+// with its own pinned node_modules; this file sits outside both).
+const pg = createRequire(join(process.cwd(), 'package.json'))('pg');
 
 // Connection settings for a database of the test server.
 export function connection(database) {
