@@ -323,3 +323,74 @@ COMMENT ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]
 'claims up to max_rows ready rows of a registered queue in fair order, locked FOR UPDATE SKIP LOCKED in this transaction, each with a lease (NULL: the queue''s registered lease, or 5 minutes); pass NULL::<ready table> as row_type; selector_in and selector_not_in (names, * for any characters) select rows by the queue''s selector';
 REVOKE ALL ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fs_claim(text, anyelement, integer, interval, text[], text[]) TO fairshare_app;
+
+-- 0.5.0: a second level of fair order, sub-keys within a tenant.
+ALTER TABLE fs_fair_queues ADD COLUMN subkey text;
+COMMENT ON COLUMN fs_fair_queues.subkey IS 'expression over a ready row giving its sub-key within its tenant (text): the tenant''s share is split fairly among its sub-keys (fs_subkey_weights); NULL: one level of fair order';
+DROP FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval);
+CREATE FUNCTION fs_register_queue(
+    queue          text,
+    ready_table    regclass,
+    tenant         text,
+    order_by       text,
+    filter         text DEFAULT NULL,
+    key            text DEFAULT NULL,
+    running_table  regclass DEFAULT NULL,
+    running_filter text DEFAULT NULL,
+    running_key    text DEFAULT NULL,
+    cost           text DEFAULT NULL,
+    charge_runtime boolean DEFAULT false,
+    create_index   boolean DEFAULT true,
+    enqueued_at    text DEFAULT NULL,
+    selector       text DEFAULT NULL,
+    max_slots      integer DEFAULT NULL,
+    lease          interval DEFAULT NULL,
+    subkey         text DEFAULT NULL)
+RETURNS fs_fair_queues
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_register_queue';
+COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text) IS
+'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; max_slots is the queue''s default for tenants without one in fs_limits (NULL: no limit), lease the default lease of its claims (NULL: 5 minutes), subkey an expression giving a row''s sub-key within its tenant, shared fairly inside the tenant''s one share (NULL: one level); the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
+REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text) TO fairshare_admin;
+
+-- ---------------------------------------------------------------------------
+-- Sub-keys: the second level of fair order
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE fs_subkey_weights (
+    queue      text NOT NULL DEFAULT '*'
+               CHECK (octet_length(queue) BETWEEN 1 AND 63),
+    tenant     text NOT NULL DEFAULT '*'
+               CHECK (octet_length(tenant) BETWEEN 1 AND 63),
+    subkey     text NOT NULL
+               CHECK (octet_length(subkey) BETWEEN 1 AND 63),
+    weight     double precision NOT NULL
+               CHECK (weight >= 0.000001 AND weight <= 1000000),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, tenant, subkey)
+);
+COMMENT ON TABLE fs_subkey_weights IS
+'Weights of sub-keys within their tenant, for queues registered with a subkey.  ''*'' as queue or tenant is the default for any.  The most specific row wins: (queue, tenant) > (''*'', tenant) > (queue, ''*'') > (''*'', ''*''); a sub-key without a row weighs 1.  Changes apply when the changing transaction commits.';
+COMMENT ON COLUMN fs_subkey_weights.queue IS 'queue name, or ''*'' for every queue';
+COMMENT ON COLUMN fs_subkey_weights.tenant IS 'tenant name, or ''*'' for every tenant';
+COMMENT ON COLUMN fs_subkey_weights.subkey IS 'the sub-key (the value of the queue''s subkey expression; ''*'' names the rows whose sub-key is NULL or no valid name)';
+COMMENT ON COLUMN fs_subkey_weights.weight IS 'relative share of the sub-key within its tenant''s share (default 1)';
+COMMENT ON COLUMN fs_subkey_weights.updated_at IS 'when the row was last changed';
+GRANT SELECT ON fs_subkey_weights TO PUBLIC;
+GRANT INSERT, UPDATE, DELETE, TRUNCATE ON fs_subkey_weights TO fairshare_admin;
+SELECT pg_catalog.pg_extension_config_dump('fs_subkey_weights', '');
+-- Claims read the weights again when fs_limits' generation moves.
+CREATE TRIGGER fs_subkey_weights_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON fs_subkey_weights
+    FOR EACH STATEMENT EXECUTE FUNCTION fs_limits_changed();
+
+CREATE FUNCTION fs_fair_subkeys(queue text)
+RETURNS TABLE (tenant text, subkey text, ready_rows bigint, virtual_start double precision,
+               weight double precision, passed_over_until timestamptz)
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'fs_fair_subkeys';
+COMMENT ON FUNCTION fs_fair_subkeys(text) IS
+'the sub-keys of a queue registered with a subkey, with ready rows, as shared memory has them: each tenant''s rows go to its sub-key with the smallest virtual_start; weight is NULL until a claim has read it; passed_over_until is set while a sub-key that came back short is passed over; needs SELECT on the queue''s table';
+REVOKE ALL ON FUNCTION fs_fair_subkeys(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_fair_subkeys(text) TO pg_monitor, fairshare_app, fairshare_worker, fairshare_admin;

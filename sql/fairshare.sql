@@ -751,7 +751,8 @@ CREATE TABLE fs_fair_queues (
     registered_at  timestamptz NOT NULL DEFAULT now(),
     selector       text,
     max_slots      integer CHECK (max_slots >= 0),
-    lease          interval CHECK (lease > interval '0' AND lease <= interval '366 days')
+    lease          interval CHECK (lease > interval '0' AND lease <= interval '366 days'),
+    subkey         text
 );
 
 COMMENT ON TABLE fs_fair_queues IS
@@ -776,6 +777,7 @@ COMMENT ON COLUMN fs_fair_queues.registered_by IS 'role that registered the queu
 COMMENT ON COLUMN fs_fair_queues.registered_at IS 'when the queue was last registered';
 COMMENT ON COLUMN fs_fair_queues.max_slots IS 'most slots a tenant of the queue may hold at once when no row of fs_limits sets its max_slots; NULL: no limit (a lone tenant may use every free worker)';
 COMMENT ON COLUMN fs_fair_queues.lease IS 'the lease of a claim that passes none; NULL: 5 minutes';
+COMMENT ON COLUMN fs_fair_queues.subkey IS 'expression over a ready row giving its sub-key within its tenant (text): the tenant''s share is split fairly among its sub-keys (fs_subkey_weights); NULL: one level of fair order';
 COMMENT ON COLUMN fs_fair_queues.selector IS 'expression over a ready row giving the text a claim may select rows by (fs_claim()''s selector_in and selector_not_in), such as queue_name; NULL: claims take no selection';
 
 GRANT SELECT ON fs_fair_queues TO PUBLIC;
@@ -843,14 +845,15 @@ CREATE FUNCTION fs_register_queue(
     enqueued_at    text DEFAULT NULL,
     selector       text DEFAULT NULL,
     max_slots      integer DEFAULT NULL,
-    lease          interval DEFAULT NULL)
+    lease          interval DEFAULT NULL,
+    subkey         text DEFAULT NULL)
 RETURNS fs_fair_queues
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_register_queue';
-COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) IS
-'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; max_slots is the queue''s default for tenants without one in fs_limits (NULL: no limit), lease the default lease of its claims (NULL: 5 minutes); the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
-REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) TO fairshare_admin;
+COMMENT ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text) IS
+'registers (or re-registers) a ready table for fair dequeue: validates the SQL (the key must have a unique index and never be NULL), adds triggers and, if none serves, an index; max_slots is the queue''s default for tenants without one in fs_limits (NULL: no limit), lease the default lease of its claims (NULL: 5 minutes), subkey an expression giving a row''s sub-key within its tenant, shared fairly inside the tenant''s one share (NULL: one level); the caller must own the tables (and, for a queue whose table was dropped, be the role that registered it)';
+REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text) TO fairshare_admin;
 
 CREATE FUNCTION fs_unregister_queue(queue text)
 RETURNS boolean
@@ -1002,3 +1005,44 @@ COMMENT ON FUNCTION fs_wal_sync() IS
 'waits until the WAL writer has logged every fairshare decision made before the call and returns the end of its last record: a standby that replayed up to it knows them (for tests and planned switchovers)';
 REVOKE ALL ON FUNCTION fs_wal_sync() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fs_wal_sync() TO fairshare_admin;
+
+-- ---------------------------------------------------------------------------
+-- Sub-keys: the second level of fair order
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE fs_subkey_weights (
+    queue      text NOT NULL DEFAULT '*'
+               CHECK (octet_length(queue) BETWEEN 1 AND 63),
+    tenant     text NOT NULL DEFAULT '*'
+               CHECK (octet_length(tenant) BETWEEN 1 AND 63),
+    subkey     text NOT NULL
+               CHECK (octet_length(subkey) BETWEEN 1 AND 63),
+    weight     double precision NOT NULL
+               CHECK (weight >= 0.000001 AND weight <= 1000000),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, tenant, subkey)
+);
+COMMENT ON TABLE fs_subkey_weights IS
+'Weights of sub-keys within their tenant, for queues registered with a subkey.  ''*'' as queue or tenant is the default for any.  The most specific row wins: (queue, tenant) > (''*'', tenant) > (queue, ''*'') > (''*'', ''*''); a sub-key without a row weighs 1.  Changes apply when the changing transaction commits.';
+COMMENT ON COLUMN fs_subkey_weights.queue IS 'queue name, or ''*'' for every queue';
+COMMENT ON COLUMN fs_subkey_weights.tenant IS 'tenant name, or ''*'' for every tenant';
+COMMENT ON COLUMN fs_subkey_weights.subkey IS 'the sub-key (the value of the queue''s subkey expression; ''*'' names the rows whose sub-key is NULL or no valid name)';
+COMMENT ON COLUMN fs_subkey_weights.weight IS 'relative share of the sub-key within its tenant''s share (default 1)';
+COMMENT ON COLUMN fs_subkey_weights.updated_at IS 'when the row was last changed';
+GRANT SELECT ON fs_subkey_weights TO PUBLIC;
+GRANT INSERT, UPDATE, DELETE, TRUNCATE ON fs_subkey_weights TO fairshare_admin;
+SELECT pg_catalog.pg_extension_config_dump('fs_subkey_weights', '');
+-- Claims read the weights again when fs_limits' generation moves.
+CREATE TRIGGER fs_subkey_weights_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON fs_subkey_weights
+    FOR EACH STATEMENT EXECUTE FUNCTION fs_limits_changed();
+
+CREATE FUNCTION fs_fair_subkeys(queue text)
+RETURNS TABLE (tenant text, subkey text, ready_rows bigint, virtual_start double precision,
+               weight double precision, passed_over_until timestamptz)
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'fs_fair_subkeys';
+COMMENT ON FUNCTION fs_fair_subkeys(text) IS
+'the sub-keys of a queue registered with a subkey, with ready rows, as shared memory has them: each tenant''s rows go to its sub-key with the smallest virtual_start; weight is NULL until a claim has read it; passed_over_until is set while a sub-key that came back short is passed over; needs SELECT on the queue''s table';
+REVOKE ALL ON FUNCTION fs_fair_subkeys(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_fair_subkeys(text) TO pg_monitor, fairshare_app, fairshare_worker, fairshare_admin;

@@ -44,6 +44,7 @@ const char *const fs_reason_names[FS_NUM_REASONS] = {
 int			fs_max_tenants = 10000;
 int			fs_max_leases = 16384;
 int			fs_max_queues = 1024;
+int			fs_max_subkeys = 10000;
 bool		fs_save_state = true;
 double		fs_debug_clock = 0;
 int			fs_fairness_half_life = 60;
@@ -74,6 +75,15 @@ fs_common_init(void)
 							"When the table is full, a granted slot fails open with an untracked lease.",
 							&fs_max_leases,
 							16384, FS_MIN_TABLE_SIZE, 10000000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("fairshare.max_subkeys",
+							"Maximum number of (queue, tenant, sub-key) entries of fair dequeue's second level kept in shared memory.",
+							"Each tenant with sub-keys takes one more entry.  When the table is full, "
+							"the rows of new sub-keys are ordered by their tenant alone.",
+							&fs_max_subkeys,
+							10000, 16, 10000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 

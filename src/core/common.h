@@ -79,6 +79,7 @@ extern const char *const fs_reason_names[FS_NUM_REASONS];
 extern int	fs_max_tenants;
 extern int	fs_max_leases;
 extern int	fs_max_queues;
+extern int	fs_max_subkeys;
 extern bool fs_save_state;
 extern double fs_debug_clock;
 

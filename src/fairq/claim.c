@@ -197,15 +197,19 @@ fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
 	 */
 	fs_plan_init(plan, want, Min(Max(fq->nitems, 0), 4 * want + 1024) + 1,
 				 2 * Max(fq->nfloor, 0) + 16);
-	/* Each planned tenant's reservation, and its settlement after the query. */
-	fs_track_claims_reserve(2 * want);
+	fs_plan_leaves_init(plan, desc, want);
+	/*
+	 * Each planned tenant's reservation, and its settlement after the
+	 * query; with leaves, each leaf's too.
+	 */
+	fs_track_claims_reserve((plan->leaves ? 4 : 2) * want);
 	fs_gate_capacity(desc->queue, now, &plan->cap);
 	plan->budget_cost = fs_fair_budget_cost(desc);
 	plan->skip_dry = true;
 	plan->skipped_dry = false;
 	plan->selective = sel->active;
 	/* Room for every planned tenant, made before anything changes. */
-	fs_passed_over_reserve(sel, want);
+	fs_passed_over_reserve(sel, (plan->leaves ? 2 : 1) * want);
 	plan->passed = sel;
 	fs_plan_make(fq, plan, est_cost, now);
 	if (plan->ntenants == 0 && plan->skipped_dry)
@@ -227,60 +231,89 @@ fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
 		fs_track_claim(desc, pt->name, pt->planned, pt->charge, pt->planned * pt->est_cost,
 					   plan->resync_gen, plan->vtime_before, plan->vtime_after);
 	}
+	for (i = 0; i < plan->nleaves; i++)
+	{
+		FsPlanLeaf *pl = &plan->plan_leaves[i];
+
+		fs_track_leaf_claim(desc, plan->tenants[pl->tenant].name, pl->subkey, pl->planned,
+							pl->charge, plan->resync_gen);
+	}
 	fs_plan_split_starts(plan);
 	return true;
 }
 
 /*
- * Admit the planned tenants' rows (leases, tokens) and run the claim query
- * for them: each row it locks is handed out to `out` under its lease and
- * tracked for the transaction's end, and its cost noted in costs[] (room
- * for plan->want).  Returns the rows claimed.
+ * The elements of one claim query: each asks for `count` rows of a tenant
+ * (and, for the leaf query, of one of its sub-keys); tenant_of[] and
+ * leaf_of[] say whose they are in the plan (leaf -1: the tenant's rows as
+ * a whole).
  */
-static int32
-fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, TimestampTz now,
-					 FsClaimOutput *out, float8 *costs, const FsSelection *sel)
+typedef struct FsClaimElements
 {
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-	ArrayType  *held;
-	Datum	   *names;
+	int			n;
+	Datum	   *tenants;
+	Datum	   *subkeys;
 	Datum	   *counts;
-	int		   *index_of;
-	int			nquery = 0;
-	int32		claimed = 0;
+	int		   *tenant_of;
+	int		   *leaf_of;
+} FsClaimElements;
+
+static void
+fs_claim_elements_init(FsClaimElements *e, int capacity)
+{
+	e->n = 0;
+	e->tenants = palloc(sizeof(Datum) * capacity);
+	e->subkeys = palloc(sizeof(Datum) * capacity);
+	e->counts = palloc(sizeof(Datum) * capacity);
+	e->tenant_of = palloc(sizeof(int) * capacity);
+	e->leaf_of = palloc(sizeof(int) * capacity);
+}
+
+static void
+fs_claim_elements_add(FsClaimElements *e, FsPlan *plan, int tenant, int leaf, int32 count)
+{
+	e->tenants[e->n] = CStringGetTextDatum(plan->tenants[tenant].name);
+	e->subkeys[e->n] = leaf >= 0 ? CStringGetTextDatum(plan->plan_leaves[leaf].subkey) : (Datum) 0;
+	e->counts[e->n] = Int32GetDatum(count);
+	e->tenant_of[e->n] = tenant;
+	e->leaf_of[e->n] = leaf;
+	e->n++;
+}
+
+/*
+ * Run one claim query for the elements `e` (with their sub-keys as the
+ * second argument when `subkeys`): each row it locks is handed out to `out`
+ * under its tenant's next lease and tracked for the transaction's end, and
+ * its cost noted in costs[] from *claimed on.  The keys claimed so far in
+ * the transaction, this round's included, are left out.
+ */
+static void
+fs_claim_run(FsFairDesc *desc, FsPlan *plan, const FsQueryText *q, SPIPlanPtr spiplan,
+			 const FsClaimElements *e, bool subkeys, const FsSelection *sel,
+			 FsClaimOutput *out, float8 *costs, int32 *claimed)
+{
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	ArrayType  *held;
+	int			a = 0;
 	uint64		r;
-	int			i;
 	TupleDesc	tupdesc;
 
-	FS_FAULT_POINT("claim_query_args");
-	names = palloc(sizeof(Datum) * plan->ntenants);
-	counts = palloc(sizeof(Datum) * plan->ntenants);
-	index_of = palloc(sizeof(int) * plan->ntenants);
-	for (i = 0; i < plan->ntenants; i++)
-	{
-		FsPlanTenant *pt = &plan->tenants[i];
-
-		if (fs_claim_admit(desc->queue, pt, plan->budget_cost, lease_usecs, now) == 0)
-			continue;
-		names[nquery] = CStringGetTextDatum(pt->name);
-		counts[nquery] = Int32GetDatum(pt->admitted);
-		index_of[nquery] = i;
-		nquery++;
-	}
-	if (nquery == 0)
-		return 0;
-
-	values[0] = PointerGetDatum(construct_array(names, nquery, TEXTOID, -1, false, TYPALIGN_INT));
-	values[1] = PointerGetDatum(construct_array(counts, nquery, INT4OID, 4, true, TYPALIGN_INT));
+	if (e->n == 0)
+		return;
+	values[a++] = PointerGetDatum(construct_array(e->tenants, e->n, TEXTOID, -1, false, TYPALIGN_INT));
+	if (subkeys)
+		values[a++] = PointerGetDatum(construct_array(e->subkeys, e->n, TEXTOID, -1, false,
+													  TYPALIGN_INT));
+	values[a++] = PointerGetDatum(construct_array(e->counts, e->n, INT4OID, 4, true, TYPALIGN_INT));
 	held = fs_track_held_keys(desc);
-	values[2] = PointerGetDatum(held);
-	nulls[2] = held == NULL ? 'n' : ' ';
-	values[3] = sel->in;
-	nulls[3] = sel->in == (Datum) 0 ? 'n' : ' ';
-	values[4] = sel->not_in;
-	nulls[4] = sel->not_in == (Datum) 0 ? 'n' : ' ';
-	fs_claim_execute(desc, &desc->claim_q, desc->claim_plan, values, nulls, "claim query");
+	values[a] = PointerGetDatum(held);
+	nulls[a++] = held == NULL ? 'n' : ' ';
+	values[a] = sel->in;
+	nulls[a++] = sel->in == (Datum) 0 ? 'n' : ' ';
+	values[a] = sel->not_in;
+	nulls[a++] = sel->not_in == (Datum) 0 ? 'n' : ' ';
+	fs_claim_execute(desc, q, spiplan, values, nulls, "claim query");
 
 	tupdesc = SPI_tuptable->tupdesc;
 	for (r = 0; r < SPI_processed; r++)
@@ -289,6 +322,7 @@ fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, Timestam
 		bool		isnull;
 		int64		ord = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
 		FsPlanTenant *pt;
+		FsPlanLeaf *pl = NULL;
 		Datum		key;
 		bool		key_isnull;
 		float8		cost;
@@ -296,11 +330,13 @@ fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, Timestam
 		int64		lease_id;
 		int			k;
 
-		if (ord < 1 || ord > nquery)
+		if (ord < 1 || ord > e->n)
 			elog(ERROR, "fair dequeue claim query returned an unexpected row");
-		pt = &plan->tenants[index_of[ord - 1]];
+		pt = &plan->tenants[e->tenant_of[ord - 1]];
+		if (e->leaf_of[ord - 1] >= 0)
+			pl = &plan->plan_leaves[e->leaf_of[ord - 1]];
 		k = pt->got;
-		if (k >= pt->admitted)
+		if (k >= pt->admitted || (pl != NULL && pl->got >= pl->admitted))
 			elog(ERROR, "fair dequeue claim query returned too many rows");
 		key = SPI_getbinval(tuple, tupdesc, 2, &key_isnull);
 		cost = DatumGetFloat8(SPI_getbinval(tuple, tupdesc, 3, &isnull));
@@ -311,13 +347,136 @@ fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, Timestam
 		pt->cost_fix += cost - pt->est_cost;
 		pt->served_fix += cost - pt->est_cost;
 		pt->got++;
+		if (pl != NULL)
+		{
+			pl->got++;
+			pl->cost_fix += cost - pl->est_cost;
+		}
+		else
+			pt->whole_got++;
 		fs_claim_output_add(out, pt->starts[k], lease_id, pt->name, row);
-		if (!fs_track_claimed_row(desc, pt->name, key, key_isnull, lease_id, cost,
-								  true, plan->resync_gen))
+		if (!fs_track_claimed_row(desc, pt->name, pl != NULL ? pl->subkey : NULL, key,
+								  key_isnull, lease_id, cost, true, plan->resync_gen))
+		{
 			pt->unkeyed++;
-		costs[claimed++] = cost;
+			if (pl != NULL)
+				pl->unkeyed++;
+		}
+		costs[(*claimed)++] = cost;
 	}
+}
+
+/*
+ * Admit the planned tenants' rows (leases, tokens) and run the claim
+ * queries for them: a tenant's admitted rows are its first picks, each of
+ * its leaf or of the tenant as a whole.  Returns the rows claimed, their
+ * costs in costs[] (room for plan->want).
+ */
+static int32
+fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, TimestampTz now,
+					 FsClaimOutput *out, float8 *costs, const FsSelection *sel)
+{
+	FsClaimElements whole;
+	FsClaimElements leaves;
+	FsClaimElements star;
+	int32	   *assigned;
+	int32		claimed = 0;
+	int			i;
+
+	FS_FAULT_POINT("claim_query_args");
+	for (i = 0; i < plan->ntenants; i++)
+		(void) fs_claim_admit(desc->queue, &plan->tenants[i], plan->budget_cost, lease_usecs, now);
+
+	/* Which picks the admitted rows are: each tenant's first ones. */
+	assigned = palloc0(sizeof(int32) * Max(plan->ntenants, 1));
+	for (i = 0; i < plan->npicks; i++)
+	{
+		int			t = plan->pick_tenant[i];
+
+		if (assigned[t] >= plan->tenants[t].admitted)
+			continue;
+		assigned[t]++;
+		if (plan->leaves && plan->pick_leaf[i] >= 0)
+			plan->plan_leaves[plan->pick_leaf[i]].admitted++;
+		else
+			plan->tenants[t].whole_admitted++;
+	}
+
+	fs_claim_elements_init(&whole, Max(plan->ntenants, 1));
+	for (i = 0; i < plan->ntenants; i++)
+		if (plan->tenants[i].whole_admitted > 0)
+			fs_claim_elements_add(&whole, plan, i, -1, plan->tenants[i].whole_admitted);
+	if (plan->leaves)
+	{
+		fs_claim_elements_init(&leaves, Max(plan->nleaves, 1));
+		fs_claim_elements_init(&star, Max(plan->nleaves, 1));
+		for (i = 0; i < plan->nleaves; i++)
+		{
+			FsPlanLeaf *pl = &plan->plan_leaves[i];
+
+			if (pl->admitted == 0)
+				continue;
+			if (strcmp(pl->subkey, FS_SUBKEY_NONE) == 0)
+				fs_claim_elements_add(&star, plan, pl->tenant, i, pl->admitted);
+			else
+				fs_claim_elements_add(&leaves, plan, pl->tenant, i, pl->admitted);
+		}
+		fs_claim_run(desc, plan, &desc->leaf_q, desc->leaf_plan, &leaves, true, sel, out,
+					 costs, &claimed);
+		fs_claim_run(desc, plan, &desc->star_q, desc->star_plan, &star, false, sel, out,
+					 costs, &claimed);
+	}
+	fs_claim_run(desc, plan, &desc->claim_q, desc->claim_plan, &whole, false, sel, out,
+				 costs, &claimed);
 	return claimed;
+}
+
+/*
+ * Settle each leaf of the plan after the queries, as fs_plan_settle() does
+ * its tenant: rows not got given back with their tag advance, the tag
+ * corrected for real costs, a leaf short of rows it had leases for marked
+ * (and passed over for the rest of the claim); each change recorded for a
+ * rollback to undo.  Every leaf is applied, so that one left without rows
+ * leaves the table.
+ */
+static bool
+fs_claim_leaves_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelection *sel)
+{
+	bool		short_of_plan = false;
+	FullTransactionId horizon = InvalidFullTransactionId;
+	int			i;
+
+	for (i = 0; i < plan->nleaves; i++)
+	{
+		FsPlanLeaf *pl = &plan->plan_leaves[i];
+		FsPlanTenant *pt = &plan->tenants[pl->tenant];
+		int32		missing = pl->planned - pl->got;
+		FsTenantChange c;
+
+		fs_change_init(&c, now);
+		c.rows = c.rows_recounted = missing + pl->unkeyed;
+		c.resync_gen = plan->resync_gen;
+		c.tag = pl->cost_fix / pl->weight;
+		if (missing > 0)
+			c.tag -= pl->got == 0 ? pl->charge : missing * pl->est_cost / pl->weight;
+		if (pl->got < pl->admitted)
+		{
+			short_of_plan = true;
+			fs_passed_over_add(sel, pl->leaf);
+			if (!plan->selective)
+			{
+				if (!FullTransactionIdIsValid(horizon))
+					horizon = fs_snapshot_horizon(GetActiveSnapshot());
+				c.dry = true;
+				c.dry_horizon = horizon;
+			}
+		}
+		fs_leaf_apply(desc->queue, pt->name, pl->subkey, &c);
+		if (c.rows != 0 || c.tag != 0)
+			fs_track_leaf_claim(desc, pt->name, pl->subkey, pl->got - pl->unkeyed - pl->planned,
+								c.tag, plan->resync_gen);
+	}
+	return short_of_plan;
 }
 
 /*
@@ -342,10 +501,16 @@ fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelecti
 		float8		served_fix;
 		int			k;
 
-		if (pt->got < pt->planned)
+		/*
+		 * Room was made in fs_claim_round_plan(): nothing fails here.  With
+		 * leaves, the tenant is passed over when it had no capacity for its
+		 * picks or its rows as a whole came back short; its leaves are
+		 * settled below.
+		 */
+		if (plan->leaves ? (pt->admitted < pt->planned || pt->whole_got < pt->whole_admitted) :
+			pt->got < pt->planned)
 		{
 			short_of_plan = true;
-			/* Room was made in fs_claim_round_plan(): nothing fails here. */
 			fs_passed_over_add(sel, pt->entry);
 		}
 		for (k = pt->got; k < pt->admitted; k++)
@@ -360,6 +525,8 @@ fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelecti
 			fs_track_claim(desc, pt->name, pt->got - pt->unkeyed - pt->planned, tag_fix,
 						   served_fix, plan->resync_gen, plan->vtime_before, plan->vtime_after);
 	}
+	if (plan->leaves && fs_claim_leaves_settle(desc, plan, now, sel))
+		short_of_plan = true;
 	return short_of_plan;
 }
 
@@ -458,7 +625,7 @@ fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 		fs_claim_output_add(out, (float8) claimed, decision.lease_id, tenant,
 							SPI_getbinval(tuple, tupdesc, 4, &isnull));
 		if (desc->queue != NULL)
-			(void) fs_track_claimed_row(desc, tenant, key, key_isnull, decision.lease_id,
+			(void) fs_track_claimed_row(desc, tenant, NULL, key, key_isnull, decision.lease_id,
 										cost, false, 0);
 		claimed++;
 	}
@@ -493,7 +660,7 @@ fs_max_rows_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /* The registration of the queue named by argument `argno`, or an error. */
-static FsFairDesc *
+FsFairDesc *
 fs_fair_desc_arg(FunctionCallInfo fcinfo, int argno)
 {
 	char		queue_name[FS_NAME_BUFLEN];

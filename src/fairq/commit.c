@@ -38,6 +38,16 @@ fs_undo_claims(SubTransactionId subid)
 
 		if (subid != InvalidSubTransactionId && rec->subid != subid)
 			continue;
+		if (rec->subkey[0] != '\0')
+		{
+			/* A leaf's record: its rows and tag back (subkeys.c). */
+			fs_change_init(&c, fs_now());
+			c.rows = c.rows_recounted = rec->rows;
+			c.resync_gen = rec->resync_gen;
+			c.tag = -rec->charge;
+			fs_leaf_apply(rec->queue, rec->tenant, rec->subkey, &c);
+			continue;
+		}
 		/* Rows back unless recounted since; tag, served work, V back. */
 		fs_change_init(&c, fs_now());
 		c.rows = rec->rows;
@@ -384,6 +394,16 @@ fs_commit(void)
 			else if (delta->leaves == 0 && (delta->rows != 0 || delta->added))
 				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0,
 									  fs_delta_adder(delta));
+			/* A queue with a subkey: the leaf's rows too (subkeys.c). */
+			if (delta->key.tenant[0] != '\0' && delta->key.subkey[0] != '\0' &&
+				(delta->rows != 0 || delta->added))
+			{
+				fs_change_init(&c, 0);
+				c.rows = c.rows_recounted = delta->rows;
+				c.resync_gen = fs_fair_queue(delta->queue)->resync_gen;
+				c.adder = fs_delta_adder(delta);
+				fs_leaf_apply(delta->queue, delta->key.tenant, delta->key.subkey, &c);
+			}
 		}
 		fs_apply_own_claims(fs_commit_now(&now));
 	}
@@ -415,6 +435,8 @@ fs_commit(void)
 			c.rows_recounted = row->left_subid != 0 ? -1 : 0;
 			c.resync_gen = row->resync_gen;
 			fs_fair_change(row->queue, row->tenant, false, &c);
+			if (row->subkey[0] != '\0')
+				fs_leaf_apply(row->queue, row->tenant, row->subkey, &c);
 		}
 	}
 

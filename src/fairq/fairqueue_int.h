@@ -22,6 +22,8 @@
  *	                        what a claim undoes at rollback
  *	  claim_map.c           the claim map (claimed row -> lease) that
  *	                        releases leases automatically
+ *	  subkeys.c             the second level of fair order: each tenant's
+ *	                        sub-keys, their backlogs and their order
  *
  *-------------------------------------------------------------------------
  */
@@ -32,6 +34,7 @@
 
 #include "executor/executor.h"
 #include "executor/spi.h"
+#include "lib/pairingheap.h"
 #include "utils/array.h"
 #include "utils/relcache.h"
 
@@ -139,6 +142,8 @@ typedef struct FsFairQueue
 								 * node at the top; -1 with no chunk */
 	int32		heap_depth;		/* directory levels above the chunks */
 	int32		nfloor;			/* heap entries with min_slots > 0 */
+	int32		nleaves;		/* its entries in the leaf table (subkeys.c;
+								 * under the leaf lock too) */
 	int64		rows_without_tenant;	/* ready rows whose tenant is NULL or
 										 * not a valid name: never claimed */
 	int64		untracked_rows; /* ready rows of tenants shared memory had no
@@ -235,6 +240,8 @@ typedef struct FsFairDesc
 	char	   *cost;			/* NULL: 1 per row */
 	char	   *enqueued_at;	/* timestamptz; NULL: latency not measured */
 	char	   *selector;		/* text a claim may select rows by; NULL: none */
+	char	   *subkey;			/* a row's sub-key within its tenant (text);
+								 * NULL: one level of fair order */
 	bool		charge_runtime;
 	int64		lease_usecs;	/* a claim's lease when it passes none */
 	Oid			key_type;
@@ -246,10 +253,17 @@ typedef struct FsFairDesc
 	SPIPlanPtr	fifo_plan;
 	SPIPlanPtr	count_plan;
 	SPIPlanPtr	latency_plan;	/* min(enqueued_at) of the ready rows */
-	FsQueryText claim_q;		/* the texts of the four plans */
+	SPIPlanPtr	leaf_plan;		/* with a subkey: rows of (tenant, sub-key)s */
+	SPIPlanPtr	star_plan;		/* with a subkey: rows of tenants whose
+								 * sub-key is no valid name */
+	FsQueryText claim_q;		/* the texts of the plans */
 	FsQueryText fifo_q;
 	FsQueryText count_q;
 	FsQueryText latency_q;
+	FsQueryText leaf_q;
+	FsQueryText star_q;
+	HTAB	   *subkey_weights; /* fs_subkey_weights of the queue (subkeys.c) */
+	uint32		subkey_weights_generation;
 } FsFairDesc;
 
 /* One registration as the triggers of one relation see it. */
@@ -262,6 +276,7 @@ typedef struct FsRelRole
 	int16		key_len;
 	bool		key_byval;
 	ExprState  *tenant;			/* ready side: text */
+	ExprState  *subkey;			/* text, or NULL: no second level */
 	ExprState  *filter;			/* bool, or NULL */
 	ExprState  *cost;			/* float8, or NULL */
 	ExprState  *key;
@@ -312,6 +327,81 @@ typedef struct FsTenantChange
 	TimestampTz now;
 } FsTenantChange;
 
+/* ----------------------------------------------------------------
+ * The second level of fair order (subkeys.c)
+ *
+ * A queue registered with a subkey orders each tenant's rows by sub-key:
+ * each (tenant, sub-key) is a "leaf" with its own backlog and finish tag,
+ * and a tenant picked by the queue's order gives its row to its leaf with
+ * the smallest start tag, on the tenant's own virtual time.
+ * ----------------------------------------------------------------
+ */
+
+/* The leaf of a tenant's rows whose sub-key is NULL or no valid name. */
+#define FS_SUBKEY_NONE		"*"
+
+typedef struct FsLeafKey
+{
+	uint32		queue_id;
+	char		tenant[FS_NAME_BUFLEN];
+	char		subkey[FS_NAME_BUFLEN];	/* "": the tenant's own entry */
+} FsLeafKey;
+
+/*
+ * A leaf, or (subkey "") a tenant's order of its leaves.  Everything in it,
+ * and the table itself, is under the leaf table's lock (subkeys.c).
+ */
+typedef struct FsLeaf
+{
+	FsLeafKey	key;			/* hash key: must be first */
+	uint32		generation;		/* new for every entry made */
+	bool		queued;			/* a leaf: in its tenant's order */
+	int64		ready_rows;		/* a leaf: its backlog */
+	float8		virtual_finish; /* a leaf: finish tag of its last claim */
+	float8		weight;			/* a leaf: from fs_subkey_weights */
+	uint32		weight_generation;	/* limits generation of `weight`; 0: none */
+	TimestampTz dry_until;		/* a leaf: passed over until then */
+	FullTransactionId backlog_fxid; /* a leaf: newest commit that added rows */
+	pairingheap_node node;		/* a leaf: in its tenant's order */
+	struct FsLeaf *order;		/* a leaf: its tenant's entry */
+	pairingheap_node *root;		/* the tenant's entry: its backlogged
+								 * leaves, smallest tag first */
+	float8		vtime;			/* the tenant's entry: start tag of its
+								 * last claimed row */
+	int32		nleaves;		/* the tenant's entry: its leaves */
+} FsLeaf;
+
+/* One leaf of a plan. */
+typedef struct FsPlanLeaf
+{
+	char		subkey[FS_NAME_BUFLEN];
+	FsLeaf	   *leaf;			/* only while planning, under the locks */
+	int			tenant;			/* index in the plan's tenants[] */
+	int32		planned;
+	int32		admitted;		/* of the tenant's admitted rows, its share */
+	int32		got;
+	int32		unkeyed;
+	float8		charge;			/* tag advance made by the plan */
+	float8		est_cost;
+	float8		weight;
+	float8		cost_fix;		/* tag correction for real costs (unweighted) */
+} FsPlanLeaf;
+
+/* A leaf's rows as a recount counted them, and as it was at its snapshot. */
+typedef struct FsLeafCount
+{
+	char		tenant[FS_NAME_BUFLEN];
+	char		subkey[FS_NAME_BUFLEN];
+	int64		rows;
+} FsLeafCount;
+
+typedef struct FsLeafCountAt
+{
+	FsLeafKey	key;
+	uint32		generation;
+	int64		rows;
+} FsLeafCountAt;
+
 /* fairqueue.c */
 extern FsFairQueue *fs_fair_queue(FsQueue *queue);
 extern void fs_change_init(FsTenantChange *c, TimestampTz now);
@@ -352,8 +442,10 @@ extern void fs_track_claims_reserve(int n);
 extern void fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows,
 						   float8 charge, float8 served, uint64 resync_gen,
 						   float8 vtime_before, float8 vtime_after);
-extern bool fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key,
-								 bool key_isnull, int64 lease_id, float8 est_cost,
+extern void fs_track_leaf_claim(FsFairDesc *desc, const char *tenant, const char *subkey,
+								int32 rows, float8 tag, uint64 resync_gen);
+extern bool fs_track_claimed_row(FsFairDesc *desc, const char *tenant, const char *subkey,
+								 Datum key, bool key_isnull, int64 lease_id, float8 est_cost,
 								 bool reserved, uint64 resync_gen);
 extern ArrayType *fs_track_held_keys(FsFairDesc *desc);
 extern void fs_track_registration_changed(const char *queue_name, bool unregistered);
@@ -361,8 +453,8 @@ extern void fs_track_truncated(const char *queue_name);
 extern bool fs_track_row_left(FsRelRole *role, Datum key);
 extern void fs_track_release(FsRelRole *role, const FsClaimEntry *entry, bool released,
 							 int64 held_usecs);
-extern void fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves,
-						 float8 charge);
+extern void fs_delta_add(FsQueue *queue, const char *tenant, const char *subkey, int64 rows,
+						 int32 leaves, float8 charge);
 extern void fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value,
 							  Oid type, int16 typlen, bool typbyval);
 extern Size fs_claim_map_shmem_size(void);
@@ -412,8 +504,8 @@ typedef struct FsSelection
 	bool		active;
 	Datum		in;				/* text[] of LIKE patterns; 0: any */
 	Datum		not_in;			/* text[] of LIKE patterns; 0: none */
-	/* the passed-over tenants: a set by entry, open addressing */
-	FsTenant  **passed_over;
+	/* the passed-over tenants and leaves: a set by entry, open addressing */
+	const void **passed_over;
 	int			npassed_over;
 	int			passed_size;	/* slots of passed_over: a power of two */
 } FsSelection;
@@ -421,8 +513,8 @@ typedef struct FsSelection
 /* selection.c */
 extern void fs_selection_args(FunctionCallInfo fcinfo, FsFairDesc *desc, FsSelection *sel);
 extern void fs_passed_over_reserve(FsSelection *sel, int more);
-extern void fs_passed_over_add(FsSelection *sel, FsTenant *entry);
-extern bool fs_passed_over_has(const FsSelection *sel, const FsTenant *entry);
+extern void fs_passed_over_add(FsSelection *sel, const void *entry);
+extern bool fs_passed_over_has(const FsSelection *sel, const void *entry);
 
 /* Weight of the newest sample in the moving averages of cost and run time. */
 #define FS_EMA_ALPHA		0.05
@@ -596,6 +688,9 @@ typedef struct FsPlanTenant
 	float8		cost_fix;		/* tag correction for real costs (unweighted) */
 	float8		served_fix;
 	int32		unkeyed;		/* rows got without a key: reservation given back */
+	int32		whole_admitted; /* with leaves: admitted rows of picks of
+								 * the tenant as a whole (no leaf) */
+	int32		whole_got;
 } FsPlanTenant;
 
 typedef struct FsPlan
@@ -630,6 +725,22 @@ typedef struct FsPlan
 	 */
 	bool		selective;
 	const FsSelection *passed;
+	/*
+	 * A queue with a subkey (subkeys.c): the leaf of each pick (NULL: a
+	 * pick of the tenant's rows as a whole, which no leaf counts), the
+	 * plan's leaves, and the leaves set aside while planning.
+	 */
+	bool		leaves;
+	HTAB	   *weights;		/* the queue's fs_subkey_weights */
+	uint32		weights_generation;
+	int		   *pick_leaf;		/* index in plan_leaves[], or -1 */
+	FsPlanLeaf *plan_leaves;
+	int			nleaves;
+	FsLeaf	  **leaf_map_keys;	/* open addressing: leaf -> index */
+	int		   *leaf_map_values;
+	FsLeaf	  **leaf_aside;
+	int			nleaf_aside;
+	int			leaf_aside_capacity;
 } FsPlan;
 
 /* What planning needs to know about a tenant, read under its spinlock. */
@@ -664,7 +775,29 @@ extern float8 fs_fair_budget_cost(FsFairDesc *desc);
 extern int32 fs_plan_ceiling(const FsGateCapacity *cap, const FsTenantView *v);
 extern bool fs_item_dry(const FsHeapItem *item, const FsTenantView *v, TimestampTz now);
 extern void fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now);
+extern FullTransactionId fs_snapshot_horizon(Snapshot snapshot);
 extern void fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now, float8 *tag_fix, float8 *served_fix);
 extern void fs_fair_measure_latency(FsFairDesc *desc, TimestampTz now);
+
+/* subkeys.c */
+extern Size fs_leaves_shmem_size(void);
+extern void fs_leaves_shmem_init(LWLock *lock);
+extern void fs_leaf_apply(FsQueue *queue, const char *tenant, const char *subkey,
+						  const FsTenantChange *c);
+extern void fs_leaves_forget(FsFairQueue *fq, uint32 queue_id);
+extern void fs_subkey_weights_load(FsFairDesc *desc, HTAB **weights, uint32 *generation);
+extern void fs_plan_leaves_init(FsPlan *plan, FsFairDesc *desc, int32 want);
+extern void fs_plan_leaves_lock(FsPlan *plan);
+extern FsLeaf *fs_plan_leaf_choose(FsPlan *plan, FsTenant *entry, TimestampTz now, bool *blocked);
+extern void fs_plan_leaf_pick(FsPlan *plan, FsLeaf *leaf, int tenant_index, float8 est_cost);
+extern void fs_plan_leaves_unlock(FsPlan *plan);
+extern bool fs_leaves_snapshot(FsFairQueue *fq, uint32 queue_id, FsLeafCountAt *at,
+							   int32 capacity, int32 *nat, int32 *needed);
+extern void fs_leaves_recounted(FsFairQueue *fq, uint32 queue_id, const FsLeafCount *counts,
+								int32 ncounts, const FsLeafCountAt *at, int32 nat);
+extern void fs_leaves_settle_all(FsFairQueue *fq, uint32 queue_id);
+extern void fs_subkey_name(Datum value, bool isnull, char *subkey);
+/* claim.c */
+extern FsFairDesc *fs_fair_desc_arg(FunctionCallInfo fcinfo, int argno);
 
 #endif							/* FAIRSHARE_FAIRQUEUE_INT_H */

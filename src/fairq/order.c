@@ -178,7 +178,8 @@ fs_fair_struct_size(void)
 static Size
 fs_fairqueue_shmem_size(void)
 {
-	return add_size(fs_fair_struct_size(), fs_claim_map_shmem_size());
+	return add_size(add_size(fs_fair_struct_size(), fs_claim_map_shmem_size()),
+					fs_leaves_shmem_size());
 }
 
 /* Ask for fair dequeue's shared memory and its lock tranche. */
@@ -186,7 +187,7 @@ void
 fs_fairqueue_shmem_request(void)
 {
 	RequestAddinShmemSpace(fs_fairqueue_shmem_size());
-	RequestNamedLWLockTranche("fairshare fair dequeue", fs_max_queues + FS_CLAIM_PARTITIONS);
+	RequestNamedLWLockTranche("fairshare fair dequeue", fs_max_queues + FS_CLAIM_PARTITIONS + 1);
 }
 
 /*
@@ -246,7 +247,9 @@ fs_fairqueue_shmem_init(void)
 	locks = GetNamedLWLockTranche("fairshare fair dequeue");
 	fs_lockstats_name_locks("fair order", locks, fs_max_queues);
 	fs_lockstats_name_locks("claim map partition", &locks[fs_max_queues], FS_CLAIM_PARTITIONS);
+	fs_lockstats_name_locks("sub-key table", &locks[fs_max_queues + FS_CLAIM_PARTITIONS], 1);
 	fs_claim_map_shmem_init();
+	fs_leaves_shmem_init(&locks[fs_max_queues + FS_CLAIM_PARTITIONS].lock);
 }
 
 /* The fair-order state of `queue` (which must not be NULL). */
@@ -952,6 +955,7 @@ fs_fair_forget(FsQueue *queue)
 		fs_tenant_unlock(entry);
 	}
 	fq->nfloor = 0;
+	fs_leaves_forget(fq, queue->queue_id);
 	fs_fair_set_outside(fq, 0, 0);
 	fq->synced = false;
 	fq->forget_gen++;

@@ -74,6 +74,9 @@ fs_plan_init(FsPlan *plan, int32 want, int aside_capacity, int32 floor_capacity)
 	plan->pick_start = palloc(sizeof(float8) * want);
 	plan->selective = false;
 	plan->passed = NULL;
+	plan->leaves = false;
+	plan->nleaves = 0;
+	plan->nleaf_aside = 0;
 }
 
 /* After planning: each tenant's start tags, in the order of its rows. */
@@ -154,12 +157,13 @@ fs_fair_budget_cost(FsFairDesc *desc)
 
 
 /*
- * Reserve one row of `entry` for the plan: charge its tag, advance V.
+ * Reserve one row of `entry` for the plan: charge its tag, advance V; with
+ * `leaf` (a queue with a subkey), the row is that leaf's (subkeys.c).
  * Caller holds fq->lock; item is the entry's heap item (its key updated).
  */
 static void
 fs_plan_pick(FsFairQueue *fq, FsPlan *plan, FsHeapItem *item, const FsTenantView *v,
-			 float8 est_cost, TimestampTz now)
+			 FsLeaf *leaf, float8 est_cost, TimestampTz now)
 {
 	FsTenant   *entry = item->tenant;
 	FsPlanTenant *pt = fs_plan_tenant(plan, entry, true);
@@ -189,6 +193,10 @@ fs_plan_pick(FsFairQueue *fq, FsPlan *plan, FsHeapItem *item, const FsTenantView
 	fs_tenant_unlock(entry);
 	item->key = finish;
 	plan->want--;
+	if (leaf != NULL)
+		fs_plan_leaf_pick(plan, leaf, (int) (pt - plan->tenants), est_cost);
+	else if (plan->leaves)
+		plan->pick_leaf[plan->npicks - 1] = -1;
 }
 
 /*
@@ -252,13 +260,22 @@ fs_plan_floors(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		FsTenantView bestv = {0};
 		int			c;
 
+		FsLeaf	   *leaf = NULL;
+		bool		blocked = false;
+
 		for (c = 0; c < ncandidates; c++)
 		{
-			FsHeapItem *item = fs_heap_at(fq, candidates[c]);
-			FsPlanTenant *pt = fs_plan_tenant(plan, item->tenant, false);
-			int32		planned = pt ? pt->planned : 0;
+			FsHeapItem *item;
+			FsPlanTenant *pt;
+			int32		planned;
 			FsTenantView v;
 			int32		floor;
+
+			if (candidates[c] < 0)
+				continue;		/* no leaf of it can be served now */
+			item = fs_heap_at(fq, candidates[c]);
+			pt = fs_plan_tenant(plan, item->tenant, false);
+			planned = pt ? pt->planned : 0;
 
 			fs_tenant_view(item->tenant, &v, now);
 			floor = Min(v.limits.min_slots, fs_plan_ceiling(&plan->cap, &v));
@@ -273,7 +290,17 @@ fs_plan_floors(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		}
 		if (best < 0)
 			break;
-		fs_plan_pick(fq, plan, fs_heap_at(fq, candidates[best]), &bestv, est_cost, now);
+		if (plan->leaves)
+		{
+			leaf = fs_plan_leaf_choose(plan, fs_heap_at(fq, candidates[best])->tenant, now,
+									   &blocked);
+			if (blocked)
+			{
+				candidates[best] = -1;
+				continue;
+			}
+		}
+		fs_plan_pick(fq, plan, fs_heap_at(fq, candidates[best]), &bestv, leaf, est_cost, now);
 		picked = true;
 	}
 	if (picked)
@@ -291,6 +318,7 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 	int			i;
 
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	fs_plan_leaves_lock(plan);
 	plan->vtime_before = fq->vtime;
 	plan->resync_gen = fq->resync_gen;
 
@@ -306,6 +334,8 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		FsTenantView v;
 		int32		min_slots;
 		bool		drained;
+		FsLeaf	   *leaf = NULL;
+		bool		blocked = false;
 
 		fs_tenant_lock(entry);
 		drained = entry->ready_rows == 0 && !fq->resyncing;
@@ -352,7 +382,9 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		top->min_slots = min_slots;
 
 		fs_tenant_view(entry, &v, now);
-		if (v.ready <= 0 || fs_plan_skips_dry(plan, top, &v, now) ||
+		if (v.ready > 0 && plan->leaves)
+			leaf = fs_plan_leaf_choose(plan, entry, now, &blocked);
+		if (v.ready <= 0 || blocked || fs_plan_skips_dry(plan, top, &v, now) ||
 			v.slots + planned >= fs_plan_ceiling(&plan->cap, &v) ||
 			!fs_view_can_pay(&v, planned + 1, plan->budget_cost))
 		{
@@ -366,7 +398,7 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		if (pt == NULL && plan->ntenants >= plan->capacity)
 			break;
 
-		fs_plan_pick(fq, plan, top, &v, est_cost, now);
+		fs_plan_pick(fq, plan, top, &v, leaf, est_cost, now);
 		fs_heap_sift_down(fq, 0);
 	}
 
@@ -380,6 +412,7 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 	plan->naside = 0;
 	fs_heap_shrink(fq, 0);
 	plan->vtime_after = fq->vtime;
+	fs_plan_leaves_unlock(plan);
 	LWLockRelease(fq->lock);
 }
 
@@ -388,7 +421,7 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
  * its xmin, in the epoch that puts it at most 2^31 before the next xid
  * (every transaction before it had ended when the snapshot was taken).
  */
-static FullTransactionId
+FullTransactionId
 fs_snapshot_horizon(Snapshot snapshot)
 {
 	FullTransactionId next = ReadNextFullTransactionId();
@@ -425,7 +458,15 @@ fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now,
 	c.resync_gen = plan->resync_gen;
 	c.tag = *tag_fix;
 	c.served = *served_fix;
-	c.dry = pt->got < pt->admitted && !plan->selective;
+	/*
+	 * With leaves, a leaf that came back short is marked, not its tenant
+	 * (its other leaves may have rows): the tenant only for the rows it was
+	 * planned as a whole.
+	 */
+	if (plan->leaves)
+		c.dry = pt->whole_got < pt->whole_admitted && !plan->selective;
+	else
+		c.dry = pt->got < pt->admitted && !plan->selective;
 	if (c.dry)
 		c.dry_horizon = fs_snapshot_horizon(GetActiveSnapshot());	/* the claim query's */
 	if (c.rows == 0 && c.tag == 0 && c.served == 0 && !c.dry)

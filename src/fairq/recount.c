@@ -107,6 +107,16 @@ typedef struct FsCountAt
 	int64		rows;
 } FsCountAt;
 
+/* A queue with a subkey: its leaves at the snapshot, and as counted. */
+typedef struct FsLeafRecount
+{
+	FsLeafCountAt *at;
+	int32		nat;
+	int32		capacity;
+	FsLeafCount *counts;
+	int32		ncounts;
+} FsLeafRecount;
+
 /* One tenant's adjustment by a recount: counted now, live at the snapshot. */
 typedef struct FsAdjust
 {
@@ -178,16 +188,18 @@ fs_fair_resync_end(FsFairQueue *fq, bool count_again)
  */
 static bool
 fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 *nat,
-					 uint64 *forget_gen)
+					 uint64 *forget_gen, FsLeafRecount *leaves)
 {
 	int32		capacity;
 	Oid			owner = fs_fair_table_owner(desc);
 
 	LWLockAcquire(fq->lock, LW_SHARED);
 	capacity = fq->nitems + 64;
+	leaves->capacity = fq->nleaves + 64;
 	LWLockRelease(fq->lock);
 	FS_FAULT_POINT("recount_count");
 	*at_p = palloc(sizeof(FsCountAt) * capacity);
+	leaves->at = palloc(sizeof(FsLeafCountAt) * leaves->capacity);
 
 	while (fs_commit_barrier_close(fq))
 	{
@@ -196,6 +208,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 		FsRunAs		run_as;
 		int			ret;
 		int32		i;
+		int32		needed;
 
 		/*
 		 * Every tenant in the fair order needs its live count: one left out
@@ -213,6 +226,18 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 			fs_commit_barrier_open(fq);
 			UnregisterSnapshot(snapshot);
 			*at_p = repalloc(*at_p, sizeof(FsCountAt) * capacity);
+			continue;
+		}
+		if (desc->subkey != NULL &&
+			!fs_leaves_snapshot(fq, desc->queue->queue_id, leaves->at, leaves->capacity,
+								&leaves->nat, &needed))
+		{
+			/* More leaves than room: as for tenants, size again. */
+			LWLockRelease(fq->lock);
+			fs_commit_barrier_open(fq);
+			UnregisterSnapshot(snapshot);
+			leaves->capacity = needed * 2 + 64;
+			leaves->at = repalloc(leaves->at, sizeof(FsLeafCountAt) * leaves->capacity);
 			continue;
 		}
 		*forget_gen = fq->forget_gen;
@@ -258,14 +283,14 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
  */
 static bool
 fs_fair_resync_count_reported(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 *nat,
-							  uint64 *forget_gen)
+							  uint64 *forget_gen, FsLeafRecount *leaves)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool counted = false;
 
 	PG_TRY();
 	{
-		counted = fs_fair_resync_count(desc, fq, at_p, nat, forget_gen);
+		counted = fs_fair_resync_count(desc, fq, at_p, nat, forget_gen, leaves);
 	}
 	PG_CATCH();
 	{
@@ -281,7 +306,7 @@ fs_fair_resync_count_reported(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_
  * are never claimed: they add to *without.
  */
 static HTAB *
-fs_recount_read(int64 *without)
+fs_recount_read(int64 *without, FsLeafRecount *leaves)
 {
 	HASHCTL		info;
 	HTAB	   *counts;
@@ -293,6 +318,11 @@ fs_recount_read(int64 *without)
 	info.hcxt = CurrentMemoryContext;
 	counts = hash_create("fairshare recount", Max(SPI_processed, 16), &info,
 						 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	if (leaves != NULL)
+	{
+		leaves->counts = palloc(sizeof(FsLeafCount) * Max(SPI_processed, 1));
+		leaves->ncounts = 0;
+	}
 	for (r = 0; r < SPI_processed; r++)
 	{
 		HeapTuple	tuple = SPI_tuptable->vals[r];
@@ -304,6 +334,7 @@ fs_recount_read(int64 *without)
 		int			len;
 		char		buf[FS_NAME_BUFLEN];
 		FsCount    *c;
+		bool		found;
 
 		if (name_null)
 		{
@@ -320,9 +351,24 @@ fs_recount_read(int64 *without)
 		memcpy(buf, VARDATA_ANY(t), len);
 		buf[len] = '\0';
 		FS_FAULT_POINT("recount_apply");
-		c = hash_search(counts, buf, HASH_ENTER, NULL);
-		c->rows = rows;
-		c->entry = NULL;
+		c = hash_search(counts, buf, HASH_ENTER, &found);
+		if (!found)
+		{
+			c->rows = 0;
+			c->entry = NULL;
+		}
+		c->rows += rows;
+		if (leaves != NULL)
+		{
+			/* With a subkey, one row per leaf: its sub-key is the third column. */
+			FsLeafCount *l = &leaves->counts[leaves->ncounts++];
+			bool		subkey_null;
+			Datum		subkey = SPI_getbinval(tuple, SPI_tuptable->tupdesc, 3, &subkey_null);
+
+			strlcpy(l->tenant, buf, FS_NAME_BUFLEN);
+			fs_subkey_name(subkey, subkey_null, l->subkey);
+			l->rows = rows;
+		}
 	}
 	return counts;
 }
@@ -433,7 +479,7 @@ fs_recount_adjustments(HTAB *counts, FsCountAt *at, int32 nat, int32 *nlist)
  */
 static int64
 fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat,
-					 uint64 forget_gen, int *tenants)
+					 uint64 forget_gen, int *tenants, FsLeafRecount *leaves)
 {
 	HTAB	   *counts;
 	int64		total = 0;
@@ -445,7 +491,7 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 	FsAdjust   *list;
 	int32		nlist;
 
-	counts = fs_recount_read(&without);
+	counts = fs_recount_read(&without, desc->subkey != NULL ? leaves : NULL);
 	fs_recount_pin(desc, fq, counts, forget_gen, &untracked);
 	list = fs_recount_adjustments(counts, at, nat, &nlist);
 
@@ -494,6 +540,13 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 	fq->resyncing = false;
 	fq->resync_pid = 0;
 	fq->synced = true;
+	if (desc->subkey != NULL)
+	{
+		/* The leaves, adjusted as tenants are, while the lock is held. */
+		fs_leaves_recounted(fq, desc->queue->queue_id, leaves->counts, leaves->ncounts,
+							leaves->at, leaves->nat);
+		fs_leaves_settle_all(fq, desc->queue->queue_id);
+	}
 	fs_fair_set_outside(fq, without, untracked);
 	fq->last_resync_at = GetCurrentTimestamp();
 	FS_FAIR_COUNT(fq, resyncs, 1);
@@ -528,10 +581,12 @@ fs_fair_resync_run(FsFairDesc *desc, FsFairQueue *fq, int *tenants, int64 *total
 	FsCountAt  *at;
 	int32		nat = 0;
 	uint64		forget_gen = 0;
+	FsLeafRecount leaves;
 
-	if (!fs_fair_resync_count_reported(desc, fq, &at, &nat, &forget_gen))
+	memset(&leaves, 0, sizeof(leaves));
+	if (!fs_fair_resync_count_reported(desc, fq, &at, &nat, &forget_gen, &leaves))
 		return false;
-	*total = fs_fair_resync_apply(desc, fq, at, nat, forget_gen, tenants);
+	*total = fs_fair_resync_apply(desc, fq, at, nat, forget_gen, tenants, &leaves);
 	return true;
 }
 

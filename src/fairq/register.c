@@ -319,6 +319,7 @@ typedef struct FsRegistration
 	char	   *cost_text;
 	char	   *enqueued_at_text;
 	char	   *selector_text;
+	char	   *subkey_text;
 	bool		charge_runtime;
 	bool		create_index;
 	bool		max_slots_given;	/* false: no limit for tenants without one */
@@ -335,6 +336,7 @@ typedef struct FsRegistration
 	Node	   *cost;
 	Node	   *enqueued_at;
 	Node	   *selector;
+	Node	   *subkey;
 	/* their canonical texts, as stored */
 	char	   *c_ready_filter;
 	char	   *c_claim_filter;
@@ -344,6 +346,7 @@ typedef struct FsRegistration
 	char	   *c_cost;
 	char	   *c_enqueued_at;
 	char	   *c_selector;
+	char	   *c_subkey;
 	char	   *c_running_filter;
 	char	   *c_running_key;
 	/* the index the claim query walks */
@@ -394,6 +397,7 @@ fs_registration_args(FunctionCallInfo fcinfo, FsRegistration *reg)
 		reg->lease = PG_GETARG_INTERVAL_P(15);
 		(void) fs_lease_usecs(reg->lease, "lease");
 	}
+	reg->subkey_text = fs_text_arg(fcinfo, 16, "subkey", false);
 
 	if (!OidIsValid(reg->running_relid) && (reg->running_filter_text || reg->running_key_text))
 		ereport(ERROR,
@@ -445,6 +449,8 @@ fs_registration_compile(FsRegistration *reg, Relation ready, Relation running)
 		reg->enqueued_at = fs_compile(reg->enqueued_at_text, ready, FS_EXPR_ENQUEUED_AT, queue);
 	if (reg->selector_text != NULL)
 		reg->selector = fs_compile(reg->selector_text, ready, FS_EXPR_SELECTOR, queue);
+	if (reg->subkey_text != NULL)
+		reg->subkey = fs_compile(reg->subkey_text, ready, FS_EXPR_SUBKEY, queue);
 	if (running != NULL)
 	{
 		reg->running_key = fs_compile(reg->running_key_text ? reg->running_key_text : reg->key_text,
@@ -475,6 +481,8 @@ fs_registration_compile(FsRegistration *reg, Relation ready, Relation running)
 		reg->c_enqueued_at = fs_deparse(reg->enqueued_at, ready);
 	if (reg->selector != NULL)
 		reg->c_selector = fs_deparse(reg->selector, ready);
+	if (reg->subkey != NULL)
+		reg->c_subkey = fs_deparse(reg->subkey, ready);
 	if (reg->running_filter != NULL)
 		reg->c_running_filter = fs_deparse(reg->running_filter, running);
 	if (reg->running_key != NULL)
@@ -494,10 +502,20 @@ fs_registration_check_key(FsRegistration *reg, Relation ready)
 {
 	FsRunAs		as_owner;
 	bool		key_unique;
+	List	   *index_order = reg->order;
 
+	/* With a subkey, claims walk (tenant, sub-key, order_by ...). */
+	if (reg->subkey != NULL)
+	{
+		FsOrderItem *item = palloc0(sizeof(FsOrderItem));
+
+		item->expr = reg->subkey;
+		item->nulls = SORTBY_NULLS_DEFAULT;
+		index_order = lcons(item, list_copy(reg->order));
+	}
 	fs_run_as_begin(&as_owner, ready->rd_rel->relowner, 0);
 	key_unique = fs_key_is_unique(ready, reg->key);
-	reg->indexoid = key_unique ? fs_find_index(ready, reg->tenant, reg->order, reg->ready_quals) :
+	reg->indexoid = key_unique ? fs_find_index(ready, reg->tenant, index_order, reg->ready_quals) :
 		InvalidOid;
 	fs_run_as_end(&as_owner);
 	if (!key_unique)
@@ -518,7 +536,7 @@ fs_registration_check_key(FsRegistration *reg, Relation ready)
 	{
 		reg->index_name = ChooseRelationName(RelationGetRelationName(ready), NULL, "fs_fair",
 											 RelationGetNamespace(ready), false);
-		reg->index_sql = fs_index_definition(ready, reg->index_name, reg->tenant, reg->order,
+		reg->index_sql = fs_index_definition(ready, reg->index_name, reg->tenant, index_order,
 											 reg->c_ready_filter);
 	}
 }
@@ -558,9 +576,9 @@ static void
 fs_registration_store(const FsRegistration *reg)
 {
 	StringInfoData sql;
-	Oid			argtypes[20];
-	Datum		values[20];
-	char		nulls[20];
+	Oid			argtypes[21];
+	Datum		values[21];
+	char		nulls[21];
 	int			nargs = 0;
 
 	initStringInfo(&sql);
@@ -568,9 +586,9 @@ fs_registration_store(const FsRegistration *reg)
 					 "INSERT INTO %s.fs_fair_queues AS q (queue, ready_table, tenant, order_by,"
 					 " ready_filter, claim_filter, key, key_type, running_table, running_filter,"
 					 " running_key, cost, charge_runtime, ready_index, index_created, registered_by,"
-					 " enqueued_at, selector, max_slots, lease)"
+					 " enqueued_at, selector, max_slots, lease, subkey)"
 					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,"
-					 " $19, $20)"
+					 " $19, $20, $21)"
 					 " ON CONFLICT (queue) DO UPDATE SET ready_table = EXCLUDED.ready_table,"
 					 " tenant = EXCLUDED.tenant, order_by = EXCLUDED.order_by,"
 					 " ready_filter = EXCLUDED.ready_filter, claim_filter = EXCLUDED.claim_filter,"
@@ -581,7 +599,8 @@ fs_registration_store(const FsRegistration *reg)
 					 " ready_index = EXCLUDED.ready_index, index_created = EXCLUDED.index_created,"
 					 " registered_by = EXCLUDED.registered_by, registered_at = pg_catalog.now(),"
 					 " enqueued_at = EXCLUDED.enqueued_at, selector = EXCLUDED.selector,"
-					 " max_slots = EXCLUDED.max_slots, lease = EXCLUDED.lease",
+					 " max_slots = EXCLUDED.max_slots, lease = EXCLUDED.lease,"
+					 " subkey = EXCLUDED.subkey",
 					 fs_ext_schema());
 #define FS_ARG(type, value, isnull) \
 	(argtypes[nargs] = (type), values[nargs] = (value), nulls[nargs++] = (isnull) ? 'n' : ' ')
@@ -605,6 +624,7 @@ fs_registration_store(const FsRegistration *reg)
 	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_selector), !reg->c_selector);
 	FS_ARG(INT4OID, Int32GetDatum(reg->max_slots), !reg->max_slots_given);
 	FS_ARG(INTERVALOID, PointerGetDatum(reg->lease), reg->lease == NULL);
+	FS_ARG(TEXTOID, fs_text_or_null_datum(reg->c_subkey), !reg->c_subkey);
 #undef FS_ARG
 	Assert(nargs == lengthof(values));
 	fs_spi_as_extension_owner(sql.data, nargs, argtypes, values, nulls);
@@ -614,7 +634,7 @@ fs_registration_store(const FsRegistration *reg)
  * fs_register_queue(queue, ready_table, tenant, order_by, filter, key,
  *					 running_table, running_filter, running_key, cost,
  *					 charge_runtime, create_index, enqueued_at, selector,
- *					 max_slots, lease)
+ *					 max_slots, lease, subkey)
  *	RETURNS fs_fair_queues
  */
 Datum
@@ -634,7 +654,7 @@ fs_register_queue(PG_FUNCTION_ARGS)
 
 	fs_check_primary("register a fair-dequeue queue");
 	/* Called through an older version's SQL: its table lacks our columns. */
-	if (PG_NARGS() < 16)
+	if (PG_NARGS() < 17)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the SQL objects of extension \"fairshare\" are older than its library"),

@@ -282,6 +282,99 @@ fs_q_selection(FsFairDesc *desc, FsQueryText *q, StringInfo buf, int in, int not
 }
 
 /*
+ * The claim queries of a queue with a subkey (subkeys.c).  The leaf query
+ * takes the rows of (tenant, sub-key) pairs: $1 tenants, $2 sub-keys, $3
+ * counts, $4 held keys, $5 and $6 the selection; each pair matched as a
+ * range, in the order of the (tenant, sub-key, order_by) index.  The star
+ * query takes the rows of tenants whose sub-key is NULL or no valid name
+ * (the leaf FS_SUBKEY_NONE), with the claim query's arguments.
+ */
+static void
+fs_desc_prepare_leaves(FsFairDesc *desc, Oid keys_type)
+{
+	Oid			leaf_types[6] = {TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, keys_type,
+	TEXTARRAYOID, TEXTARRAYOID};
+	Oid			star_types[5] = {TEXTARRAYOID, INT4ARRAYOID, keys_type, TEXTARRAYOID, TEXTARRAYOID};
+	StringInfoData buf;
+	FsQueryText *q;
+
+	q = &desc->leaf_q;
+	fs_q_begin(desc, q, &buf);
+	fs_q_sql(&buf, "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
+			 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
+			 " pg_catalog.unnest($2::pg_catalog.text[]),"
+			 " pg_catalog.unnest($3::pg_catalog.int4[]))"
+			 "       WITH ORDINALITY AS p(fs_tenant, fs_subkey, fs_n, fs_ord)"
+			 " CROSS JOIN LATERAL ("
+			 "   SELECT ");
+	fs_q_paren(q, &buf, "key", desc->key);
+	fs_q_sql(&buf, " AS fs_key, ");
+	fs_q_cost(desc, q, &buf);
+	fs_q_sql(&buf, " AS fs_cost, " FS_ROW_ALIAS " AS fs_row");
+	fs_q_from(desc, q, &buf);
+	fs_q_sql(&buf, "    WHERE ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.>=) p.fs_tenant AND ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) p.fs_tenant AND ");
+	fs_q_paren(q, &buf, "subkey", desc->subkey);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.>=) p.fs_subkey AND ");
+	fs_q_paren(q, &buf, "subkey", desc->subkey);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) p.fs_subkey");
+	fs_q_where_tail(desc, q, &buf, true);
+	fs_q_sql(&buf, "      AND ($4 IS NULL OR ");
+	fs_q_paren(q, &buf, "key", desc->key);
+	fs_q_sql(&buf, " <> ALL ($4))");
+	fs_q_selection(desc, q, &buf, 5, 6);
+	fs_q_sql(&buf, "    ORDER BY ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, ", ");
+	fs_q_paren(q, &buf, "subkey", desc->subkey);
+	fs_q_sql(&buf, ", ");
+	fs_q_piece(q, &buf, "order_by", desc->order_by);
+	fs_q_sql(&buf, "    LIMIT p.fs_n      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s");
+	fs_q_end(q, &buf);
+	desc->leaf_plan = fs_prepare(desc, q, 6, leaf_types, "claim query");
+
+	q = &desc->star_q;
+	fs_q_begin(desc, q, &buf);
+	fs_q_sql(&buf, "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
+			 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
+			 " pg_catalog.unnest($2::pg_catalog.int4[]))"
+			 "       WITH ORDINALITY AS p(fs_tenant, fs_n, fs_ord)"
+			 " CROSS JOIN LATERAL ("
+			 "   SELECT ");
+	fs_q_paren(q, &buf, "key", desc->key);
+	fs_q_sql(&buf, " AS fs_key, ");
+	fs_q_cost(desc, q, &buf);
+	fs_q_sql(&buf, " AS fs_cost, " FS_ROW_ALIAS " AS fs_row");
+	fs_q_from(desc, q, &buf);
+	fs_q_sql(&buf, "    WHERE ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.>=) p.fs_tenant AND ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) p.fs_tenant AND (");
+	fs_q_paren(q, &buf, "subkey", desc->subkey);
+	fs_q_sql(&buf, " IS NULL OR pg_catalog.octet_length(");
+	fs_q_paren(q, &buf, "subkey", desc->subkey);
+	appendStringInfo(&buf, ") NOT BETWEEN 1 AND %d OR ", FS_NAME_MAXLEN);
+	fs_q_paren(q, &buf, "subkey", desc->subkey);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.=) '" FS_SUBKEY_NONE "')");
+	fs_q_where_tail(desc, q, &buf, true);
+	fs_q_sql(&buf, "      AND ($3 IS NULL OR ");
+	fs_q_paren(q, &buf, "key", desc->key);
+	fs_q_sql(&buf, " <> ALL ($3))");
+	fs_q_selection(desc, q, &buf, 4, 5);
+	fs_q_sql(&buf, "    ORDER BY ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, ", ");
+	fs_q_piece(q, &buf, "order_by", desc->order_by);
+	fs_q_sql(&buf, "    LIMIT p.fs_n      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s");
+	fs_q_end(q, &buf);
+	desc->star_plan = fs_prepare(desc, q, 5, star_types, "claim query");
+}
+
+/*
  * The claim queries.  $3 (fifo: $2) is an array of keys this transaction
  * claimed before and still holds: its own row locks do not make SKIP LOCKED
  * skip them, so they are left out by key (NULL when there are none).  $4
@@ -337,6 +430,9 @@ fs_desc_prepare(FsFairDesc *desc)
 	fs_q_end(q, &buf);
 	desc->claim_plan = fs_prepare(desc, q, 5, claim_types, "claim query");
 
+	if (desc->subkey != NULL)
+		fs_desc_prepare_leaves(desc, keys_type);
+
 	q = &desc->fifo_q;
 	fs_q_begin(desc, q, &buf);
 	fs_q_sql(&buf, "SELECT ");
@@ -363,10 +459,16 @@ fs_desc_prepare(FsFairDesc *desc)
 	fs_q_sql(&buf, "SELECT ");
 	fs_q_paren(q, &buf, "tenant", desc->tenant);
 	fs_q_sql(&buf, " AS fs_tenant, pg_catalog.count(*)");
+	if (desc->subkey != NULL)
+	{
+		/* With a subkey, per leaf: a third column, the sub-key. */
+		fs_q_sql(&buf, ", ");
+		fs_q_paren(q, &buf, "subkey", desc->subkey);
+	}
 	fs_q_from(desc, q, &buf);
 	fs_q_sql(&buf, " WHERE true");
 	fs_q_where_tail(desc, q, &buf, false);
-	fs_q_sql(&buf, " GROUP BY 1");
+	fs_q_sql(&buf, desc->subkey != NULL ? " GROUP BY 1, 3" : " GROUP BY 1");
 	fs_q_end(q, &buf);
 	desc->count_plan = fs_prepare(desc, q, 0, NULL, "count query");
 
@@ -614,6 +716,7 @@ fs_desc_texts(FsFairDesc *desc, HeapTuple row, TupleDesc rowdesc)
 	desc->enqueued_at = fs_row_text(row, rowdesc, "enqueued_at", rel, FS_EXPR_ENQUEUED_AT,
 									queue, cxt, NULL);
 	desc->selector = fs_row_text(row, rowdesc, "selector", rel, FS_EXPR_SELECTOR, queue, cxt, NULL);
+	desc->subkey = fs_row_text(row, rowdesc, "subkey", rel, FS_EXPR_SUBKEY, queue, cxt, NULL);
 	fs_search_path_end(nest);
 	relation_close(rel, NoLock);
 
@@ -822,6 +925,8 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 								 rel, FS_EXPR_COST, queue, &user_code);
 		role->key = fs_rel_expr(SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, "key")),
 								rel, FS_EXPR_KEY, queue, &user_code);
+		role->subkey = fs_rel_expr(SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, "subkey")),
+								   rel, FS_EXPR_SUBKEY, queue, &user_code);
 	}
 	else
 	{

@@ -24,7 +24,8 @@ typedef enum FsExprRole
 	FS_EXPR_RUNNING_FILTER,
 	FS_EXPR_RUNNING_KEY,
 	FS_EXPR_ENQUEUED_AT,
-	FS_EXPR_SELECTOR
+	FS_EXPR_SELECTOR,
+	FS_EXPR_SUBKEY
 } FsExprRole;
 
 extern const char *const fs_role_names[];

@@ -69,7 +69,7 @@
 /* The argument of fs_register_queue() each FsExprRole comes from. */
 const char *const fs_role_names[] = {
 	"tenant", "order_by", "filter", "key", "cost", "running_filter", "running_key", "enqueued_at",
-	"selector"
+	"selector", "subkey"
 };
 
 typedef struct FsParseContext
@@ -248,10 +248,10 @@ fs_coerce_tenant(ParseState *pstate, Node *expr, const FsParseContext *ctx)
 		default:
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("tenant of queue \"%s\" must be text, varchar, an integer or a uuid, not %s",
-							ctx->queue, format_type_be(type)),
-					 errhint("Cast it to text if its text form is the tenant's key, "
-							 "for example tenant => 'payload->>''account''').")));
+					 errmsg("%s of queue \"%s\" must be text, varchar, an integer or a uuid, not %s",
+							ctx->what, ctx->queue, format_type_be(type)),
+					 errhint("Cast it to text if its text form is the key, "
+							 "for example %s => 'payload->>''account'''.", ctx->what)));
 	}
 	return NULL;				/* keep compiler quiet */
 }
@@ -405,6 +405,7 @@ fs_compile(const char *text, Relation rel, FsExprRole role, const char *queue)
 	switch (role)
 	{
 		case FS_EXPR_TENANT:
+		case FS_EXPR_SUBKEY:
 			expr = fs_coerce_tenant(pstate, expr, &ctx);
 			break;
 		case FS_EXPR_FILTER:

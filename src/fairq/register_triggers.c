@@ -170,7 +170,7 @@ typedef struct FsTriggerHome
 /*
  * The registrations of the tables in `relids` (ready and running tables),
  * rows of (queue, ready_table, running_table, tenant, ready_filter, key,
- * cost, running_filter, running_key), in SPI_tuptable.
+ * cost, running_filter, running_key, subkey), in SPI_tuptable.
  */
 static void
 fs_registrations_of(List *relids)
@@ -185,7 +185,7 @@ fs_registrations_of(List *relids)
 		elems[i++] = ObjectIdGetDatum(lfirst_oid(lc));
 	values[0] = PointerGetDatum(construct_array(elems, i, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
 	fs_spi(psprintf("SELECT queue, ready_table::pg_catalog.oid, running_table::pg_catalog.oid,"
-					" tenant, ready_filter, key, cost, running_filter, running_key"
+					" tenant, ready_filter, key, cost, running_filter, running_key, subkey"
 					"  FROM %s.fs_fair_queues"
 					" WHERE ready_table::pg_catalog.oid = ANY ($1)"
 					"    OR running_table::pg_catalog.oid = ANY ($1)",
@@ -286,6 +286,7 @@ fs_make_home_triggers(Oid home, bool ready_home, bool running_home, SPITupleTabl
 			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 5), rel, own, FS_EXPR_FILTER, queue);
 			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 6), rel, own, FS_EXPR_KEY, queue);
 			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 7), rel, own, FS_EXPR_COST, queue);
+			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 10), rel, own, FS_EXPR_SUBKEY, queue);
 			if (own != rel)
 				relation_close(own, NoLock);
 		}

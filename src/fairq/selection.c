@@ -100,7 +100,7 @@ fs_selection_args(FunctionCallInfo fcinfo, FsFairDesc *desc, FsSelection *sel)
 
 /* Slot of `entry` in the passed-over set: where it is, or the free one it would take. */
 static int
-fs_passed_over_slot(FsTenant *const *set, int size, const FsTenant *entry)
+fs_passed_over_slot(const void *const *set, int size, const void *entry)
 {
 	uint32		h = (uint32) (((uintptr_t) entry >> 4) * 2654435761u);
 	int			mask = size - 1;
@@ -112,13 +112,14 @@ fs_passed_over_slot(FsTenant *const *set, int size, const FsTenant *entry)
 }
 
 /*
- * Make room in the claim's passed-over set for `more` tenants (at most half
+ * Make room in the claim's passed-over set for `more` tenants or leaves
+ * (sub-keys of a tenant, subkeys.c; at most half
  * full), before a round changes shared state: adding one then cannot fail.
  */
 void
 fs_passed_over_reserve(FsSelection *sel, int more)
 {
-	FsTenant  **old = sel->passed_over;
+	const void **old = sel->passed_over;
 	int			old_size = sel->passed_size;
 	int			size = Max(old_size, 16);
 
@@ -126,7 +127,7 @@ fs_passed_over_reserve(FsSelection *sel, int more)
 		size <<= 1;
 	if (size == old_size)
 		return;
-	sel->passed_over = palloc0(sizeof(FsTenant *) * size);
+	sel->passed_over = palloc0(sizeof(const void *) * size);
 	sel->passed_size = size;
 	for (int i = 0; i < old_size; i++)
 		if (old[i] != NULL)
@@ -137,7 +138,7 @@ fs_passed_over_reserve(FsSelection *sel, int more)
 
 /* Pass `entry` over for the rest of the claim (room was reserved). */
 void
-fs_passed_over_add(FsSelection *sel, FsTenant *entry)
+fs_passed_over_add(FsSelection *sel, const void *entry)
 {
 	int			i;
 
@@ -152,7 +153,7 @@ fs_passed_over_add(FsSelection *sel, FsTenant *entry)
 
 /* Was `entry` passed over earlier in the claim? */
 bool
-fs_passed_over_has(const FsSelection *sel, const FsTenant *entry)
+fs_passed_over_has(const FsSelection *sel, const void *entry)
 {
 	if (sel->npassed_over == 0)
 		return false;

@@ -170,7 +170,8 @@ fs_xact_event_add(const char *queue_name, int kind)
  * subtransaction, applied to shared memory when the transaction commits.
  */
 void
-fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves, float8 charge)
+fs_delta_add(FsQueue *queue, const char *tenant, const char *subkey, int64 rows, int32 leaves,
+			 float8 charge)
 {
 	FsDeltaKey	key;
 	FsDelta    *delta;
@@ -181,6 +182,8 @@ fs_delta_add(FsQueue *queue, const char *tenant, int64 rows, int32 leaves, float
 	key.queue_id = queue->queue_id;
 	key.subid = GetCurrentSubTransactionId();
 	strlcpy(key.tenant, tenant, FS_NAME_BUFLEN);
+	if (subkey != NULL)
+		strlcpy(key.subkey, subkey, FS_NAME_BUFLEN);
 	FS_FAULT_POINT("trigger_delta");
 	delta = hash_search(fs_xact.deltas, &key, HASH_ENTER, &found);
 	if (!found)
@@ -237,12 +240,36 @@ fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows, float8 charge, 
 	rec->queue = desc->queue;
 	rec->subid = GetCurrentSubTransactionId();
 	strlcpy(rec->tenant, tenant, FS_NAME_BUFLEN);
+	rec->subkey[0] = '\0';
 	rec->rows = rows;
 	rec->charge = charge;
 	rec->served = served;
 	rec->resync_gen = resync_gen;
 	rec->vtime_before = vtime_before;
 	rec->vtime_after = vtime_after;
+}
+
+/*
+ * Record a claim's change of the leaf (tenant, subkey): rows reserved or
+ * given back, tag advance (already divided by the leaf's weight), for the
+ * rollback to undo.  Does not allocate when room was reserved.
+ */
+void
+fs_track_leaf_claim(FsFairDesc *desc, const char *tenant, const char *subkey, int32 rows,
+					float8 tag, uint64 resync_gen)
+{
+	FsClaimRec *rec;
+
+	fs_track_claims_reserve(1);
+	rec = &fs_xact.claims[fs_xact.nclaims++];
+	memset(rec, 0, sizeof(*rec));
+	rec->queue = desc->queue;
+	rec->subid = GetCurrentSubTransactionId();
+	strlcpy(rec->tenant, tenant, FS_NAME_BUFLEN);
+	strlcpy(rec->subkey, subkey, FS_NAME_BUFLEN);
+	rec->rows = rows;
+	rec->charge = tag;
+	rec->resync_gen = resync_gen;
 }
 
 /*
@@ -253,7 +280,8 @@ fs_track_claim(FsFairDesc *desc, const char *tenant, int32 rows, float8 charge, 
  * is of desc->key_type: the caller checked the query's result column.
  */
 bool
-fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_isnull,
+fs_track_claimed_row(FsFairDesc *desc, const char *tenant, const char *subkey, Datum key,
+					 bool key_isnull,
 					 int64 lease_id, float8 est_cost, bool reserved, uint64 resync_gen)
 {
 	FsXactKey	xkey;
@@ -281,6 +309,7 @@ fs_track_claimed_row(FsFairDesc *desc, const char *tenant, Datum key, bool key_i
 	row->value = datumCopy(key, desc->key_byval, desc->key_len);
 	row->key_expr = fs_key_expr_hash(desc);
 	strlcpy(row->tenant, tenant, FS_NAME_BUFLEN);
+	strlcpy(row->subkey, subkey != NULL ? subkey : "", FS_NAME_BUFLEN);
 	if (OidIsValid(desc->running_relid))
 	{
 		row->mapped = fs_claim_map_insert(&xkey.claim, lease_id, est_cost, tenant);

@@ -17,6 +17,7 @@ typedef struct FsDeltaKey
 	uint32		queue_id;
 	SubTransactionId subid;
 	char		tenant[FS_NAME_BUFLEN];	/* "": rows without a valid tenant */
+	char		subkey[FS_NAME_BUFLEN];	/* their leaf (subkeys.c); "": none */
 } FsDeltaKey;
 
 typedef struct FsDelta
@@ -30,12 +31,16 @@ typedef struct FsDelta
 								 * the net change) */
 } FsDelta;
 
-/* One tenant of one fs_claim() round, for rollback. */
+/*
+ * One tenant of one fs_claim() round, for rollback; or, with a subkey, one
+ * leaf of the tenant (rows and tag only: its tenant has its own record).
+ */
 typedef struct FsClaimRec
 {
 	FsQueue    *queue;
 	SubTransactionId subid;
 	char		tenant[FS_NAME_BUFLEN];
+	char		subkey[FS_NAME_BUFLEN];	/* "": the tenant's record */
 	int32		rows;
 	float8		charge;
 	float8		served;
@@ -70,6 +75,7 @@ typedef struct FsClaimedRow
 	Datum		value;			/* the key (copied), of type key.type */
 	uint32		key_expr;		/* hash of the key expression it came from */
 	char		tenant[FS_NAME_BUFLEN];
+	char		subkey[FS_NAME_BUFLEN];	/* its leaf, or "" */
 } FsClaimedRow;
 
 

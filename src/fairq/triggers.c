@@ -57,10 +57,12 @@ fs_trigger_error_callback(void *arg)
 /*
  * Evaluate a registration on a ready-table row: false if the row is not
  * ready; else true, with its tenant in `tenant` ("" if NULL or not a valid
- * tenant name).
+ * tenant name) and, for a queue with a subkey, its leaf in `subkey`
+ * (fs_subkey_name(); "" without a subkey).
  */
 static bool
-fs_ready_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, char *tenant)
+fs_ready_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, char *tenant,
+			  char *subkey)
 {
 	bool		isnull;
 	Datum		value;
@@ -73,6 +75,12 @@ fs_ready_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, char
 		value = ExecEvalExprSwitchContext(role->filter, econtext, &isnull);
 		if (isnull || !DatumGetBool(value))
 			return false;
+	}
+	subkey[0] = '\0';
+	if (role->subkey != NULL)
+	{
+		value = ExecEvalExprSwitchContext(role->subkey, econtext, &isnull);
+		fs_subkey_name(value, isnull, subkey);
 	}
 	tenant[0] = '\0';
 	value = ExecEvalExprSwitchContext(role->tenant, econtext, &isnull);
@@ -89,7 +97,8 @@ fs_ready_eval(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, char
 
 /* A ready row of `tenant` left the ready state (deleted or updated out). */
 static void
-fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, const char *tenant)
+fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, const char *tenant,
+			   const char *subkey)
 {
 	bool		isnull;
 	Datum		key;
@@ -97,7 +106,7 @@ fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, con
 
 	if (tenant[0] == '\0')
 	{
-		fs_delta_add(role->queue, "", -1, 0, 0);
+		fs_delta_add(role->queue, "", NULL, -1, 0, 0);
 		return;
 	}
 
@@ -112,7 +121,7 @@ fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, con
 																		   &isnull)), isnull);
 	else
 		cost = role->charge_runtime ? fs_fair_queue(role->queue)->avg_runtime_ms : 1.0;
-	fs_delta_add(role->queue, tenant, -1, 1, cost);
+	fs_delta_add(role->queue, tenant, subkey, -1, 1, cost);
 }
 
 /* AFTER INSERT OR DELETE OR UPDATE FOR EACH ROW on a ready table. */
@@ -136,6 +145,8 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 		FsRelRole  *role = &rt->ready[i];
 		char		old_tenant[FS_NAME_BUFLEN];
 		char		new_tenant[FS_NAME_BUFLEN];
+		char		old_subkey[FS_NAME_BUFLEN];
+		char		new_subkey[FS_NAME_BUFLEN];
 		bool		old_in = false;
 		bool		new_in = false;
 		FsRunAs		run_as;
@@ -147,20 +158,21 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 		if (OidIsValid(role->run_as_owner))
 			fs_run_as_begin(&run_as, role->run_as_owner, FS_RUN_AS_READ_ONLY);
 		if (TRIGGER_FIRED_BY_INSERT(td->tg_event))
-			new_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, new_tenant);
+			new_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, new_tenant, new_subkey);
 		else if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
-			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant);
+			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant, old_subkey);
 		else
 		{
-			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant);
-			new_in = fs_ready_eval(role, rt->econtext, td->tg_newslot, new_tenant);
-			if (old_in && new_in && strcmp(old_tenant, new_tenant) == 0)
-				old_in = new_in = false;	/* still ready, same tenant */
+			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant, old_subkey);
+			new_in = fs_ready_eval(role, rt->econtext, td->tg_newslot, new_tenant, new_subkey);
+			if (old_in && new_in && strcmp(old_tenant, new_tenant) == 0 &&
+				strcmp(old_subkey, new_subkey) == 0)
+				old_in = new_in = false;	/* still ready, same tenant and leaf */
 		}
 		if (old_in)
-			fs_ready_leave(role, rt->econtext, td->tg_trigslot, old_tenant);
+			fs_ready_leave(role, rt->econtext, td->tg_trigslot, old_tenant, old_subkey);
 		if (new_in)
-			fs_delta_add(role->queue, new_tenant, 1, 0, 0);
+			fs_delta_add(role->queue, new_tenant, new_subkey, 1, 0, 0);
 		if (OidIsValid(role->run_as_owner))
 			fs_run_as_end(&run_as);
 		error_context_stack = errcb.previous;
