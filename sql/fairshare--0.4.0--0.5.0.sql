@@ -388,7 +388,7 @@ CREATE TRIGGER fs_subkey_weights_changed
 CREATE FUNCTION fs_fair_subkeys(queue text)
 RETURNS TABLE (tenant text, subkey text, ready_rows bigint, virtual_start double precision,
                weight double precision, passed_over_until timestamptz)
-LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_fair_subkeys';
 COMMENT ON FUNCTION fs_fair_subkeys(text) IS
 'the sub-keys of a queue registered with a subkey, with ready rows, as shared memory has them: each tenant''s rows go to its sub-key with the smallest virtual_start; weight is NULL until a claim has read it; passed_over_until is set while a sub-key that came back short is passed over; needs SELECT on the queue''s table';

@@ -164,11 +164,21 @@ fs_desc_free(FsFairDesc *desc)
 		SPI_freeplan(desc->count_plan);
 	if (desc->latency_plan)
 		SPI_freeplan(desc->latency_plan);
+	if (desc->leaf_plan)
+		SPI_freeplan(desc->leaf_plan);
+	if (desc->star_plan)
+		SPI_freeplan(desc->star_plan);
 	desc->claim_plan = desc->fifo_plan = desc->count_plan = desc->latency_plan = NULL;
+	desc->leaf_plan = desc->star_plan = NULL;
 	memset(&desc->claim_q, 0, sizeof(FsQueryText));
 	memset(&desc->fifo_q, 0, sizeof(FsQueryText));
 	memset(&desc->count_q, 0, sizeof(FsQueryText));
 	memset(&desc->latency_q, 0, sizeof(FsQueryText));
+	memset(&desc->leaf_q, 0, sizeof(FsQueryText));
+	memset(&desc->star_q, 0, sizeof(FsQueryText));
+	/* The weights' table lives in cxt. */
+	desc->subkey_weights = NULL;
+	desc->subkey_weights_generation = 0;
 	if (desc->cxt)
 		MemoryContextDelete(desc->cxt);
 	desc->cxt = NULL;

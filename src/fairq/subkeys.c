@@ -704,8 +704,10 @@ fs_leaves_recounted(FsFairQueue *fq, uint32 queue_id, const FsLeafCount *counts,
 
 /*
  * After the recount is over (not `resyncing` any more): every leaf of the
- * queue back in its order, or out of the table without rows.  Caller holds
- * fq->lock exclusively.
+ * queue back in its order, or out of the table without rows, and tenants'
+ * entries without leaves with them.  A scan may remove only the entry it
+ * just returned (dynahash), so tenants' entries go in a second scan.
+ * Caller holds fq->lock exclusively.
  */
 void
 fs_leaves_settle_all(FsFairQueue *fq, uint32 queue_id)
@@ -722,17 +724,17 @@ fs_leaves_settle_all(FsFairQueue *fq, uint32 queue_id)
 		if (leaf->key.queue_id != queue_id || leaf->key.subkey[0] == '\0')
 			continue;
 		fs_leaf_enqueue(leaf);
-		/* Removing the element just returned is allowed during a scan. */
 		if (leaf->ready_rows == 0 && !leaf->queued)
 		{
-			FsLeaf	   *order = leaf->order;
-
+			leaf->order->nleaves--;
 			hash_search(fs_leaf_hash, &leaf->key, HASH_REMOVE, NULL);
 			fq->nleaves--;
-			if (--order->nleaves == 0)
-				hash_search(fs_leaf_hash, &order->key, HASH_REMOVE, NULL);
 		}
 	}
+	hash_seq_init(&seq, fs_leaf_hash);
+	while ((leaf = hash_seq_search(&seq)) != NULL)
+		if (leaf->key.queue_id == queue_id && leaf->key.subkey[0] == '\0' && leaf->nleaves == 0)
+			hash_search(fs_leaf_hash, &leaf->key, HASH_REMOVE, NULL);
 	LWLockRelease(fs_leaf_shared->lock);
 }
 

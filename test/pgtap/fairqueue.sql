@@ -8,17 +8,17 @@ BEGIN;
 SELECT plan(60);
 
 SELECT has_function('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
-       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text', 'text', 'integer', 'interval']);
-SELECT is(pg_get_function_arguments('fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval)'::regprocedure),
+       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text', 'text', 'integer', 'interval', 'text']);
+SELECT is(pg_get_function_arguments('fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text)'::regprocedure),
           'queue text, ready_table regclass, tenant text, order_by text, filter text DEFAULT NULL::text, '
           'key text DEFAULT NULL::text, running_table regclass DEFAULT NULL::regclass, '
           'running_filter text DEFAULT NULL::text, running_key text DEFAULT NULL::text, '
           'cost text DEFAULT NULL::text, charge_runtime boolean DEFAULT false, create_index boolean DEFAULT true, '
           'enqueued_at text DEFAULT NULL::text, selector text DEFAULT NULL::text, '
-          'max_slots integer DEFAULT NULL::integer, lease interval DEFAULT NULL::interval',
+          'max_slots integer DEFAULT NULL::integer, lease interval DEFAULT NULL::interval, subkey text DEFAULT NULL::text',
           'fs_register_queue argument names and defaults');
 SELECT function_returns('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
-       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text', 'text', 'integer', 'interval'], 'fs_fair_queues');
+       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text', 'text', 'integer', 'interval', 'text'], 'fs_fair_queues');
 SELECT has_function('fs_unregister_queue', ARRAY['text']);
 SELECT function_returns('fs_unregister_queue', ARRAY['text'], 'boolean');
 SELECT has_function('fs_claim', ARRAY['text', 'anyelement', 'integer', 'interval', 'text[]', 'text[]']);
@@ -52,13 +52,13 @@ SELECT columns_are('fs_fair_shares', ARRAY['queue', 'tenant', 'weight', 'min_slo
 -- fairshare_app's (and the table's own privileges decide); PUBLIC may do
 -- neither.
 SELECT function_privs_are('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
-       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text', 'text', 'integer', 'interval'], 'public', ARRAY[]::text[]);
+       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text', 'text', 'integer', 'interval', 'text'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_unregister_queue', ARRAY['text'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_resync', ARRAY['text'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_claim', ARRAY['text', 'anyelement', 'integer', 'interval', 'text[]', 'text[]'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_ready_tenants', ARRAY['text', 'integer'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
-       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text', 'text', 'integer', 'interval'], 'fairshare_admin', ARRAY['EXECUTE']);
+       'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text', 'text', 'integer', 'interval', 'text'], 'fairshare_admin', ARRAY['EXECUTE']);
 SELECT function_privs_are('fs_unregister_queue', ARRAY['text'], 'fairshare_admin', ARRAY['EXECUTE']);
 SELECT function_privs_are('fs_resync', ARRAY['text'], 'fairshare_admin', ARRAY['EXECUTE']);
 SELECT function_privs_are('fs_claim', ARRAY['text', 'anyelement', 'integer', 'interval', 'text[]', 'text[]'], 'fairshare_app', ARRAY['EXECUTE']);

@@ -40,7 +40,7 @@ INSERT INTO fn VALUES
     ('fs_set_limit(text,text,integer,integer,double precision,double precision,double precision)', 'fairshare_admin'),
     ('fs_reset()', 'fairshare_admin'),
     ('fs_save_state()', 'fairshare_admin'),
-    ('fs_register_queue(text,regclass,text,text,text,text,regclass,text,text,text,boolean,boolean,text,text,integer,interval)', 'fairshare_admin'),
+    ('fs_register_queue(text,regclass,text,text,text,text,regclass,text,text,text,boolean,boolean,text,text,integer,interval,text)', 'fairshare_admin'),
     ('fs_unregister_queue(text)', 'fairshare_admin'),
     ('fs_resync(text)', 'fairshare_admin');
 SELECT ok(NOT has_function_privilege('public', sig::regprocedure, 'EXECUTE'),

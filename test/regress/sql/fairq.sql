@@ -114,13 +114,13 @@ SELECT fs_register_queue('bad', 'fq_reserved', 'id', 'id');
 -- only the table's owner may register it; EXECUTE is not granted to PUBLIC
 CREATE ROLE fq_stranger;
 GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass,
-      text, text, text, boolean, boolean, text, text, integer, interval) TO fq_stranger;
+      text, text, text, boolean, boolean, text, text, integer, interval, text) TO fq_stranger;
 SET ROLE fq_stranger;
 SELECT fs_register_queue('bad', 'fq_jobs', 'account', 'id');
 SELECT fs_unregister_queue('fq');
 RESET ROLE;
 REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass,
-       text, text, text, boolean, boolean, text, text, integer, interval) FROM fq_stranger;
+       text, text, text, boolean, boolean, text, text, integer, interval, text) FROM fq_stranger;
 -- nothing of the refused registrations was kept
 SELECT queue FROM fs_fair_queues ORDER BY queue;
 
@@ -534,7 +534,7 @@ RESET fairshare.debug_clock;
 
 CREATE ROLE fq_owner;
 GRANT CREATE ON SCHEMA public TO fq_owner;
-GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) TO fq_owner;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text) TO fq_owner;
 SET ROLE fq_owner;
 CREATE FUNCTION fq_owner_only(t text) RETURNS text IMMUTABLE LANGUAGE plpgsql AS $$
 BEGIN
@@ -562,7 +562,7 @@ SELECT fs_unregister_queue('fo');
 DROP TABLE fo_jobs;
 DROP FUNCTION fq_owner_only(text);
 REVOKE CREATE ON SCHEMA public FROM fq_owner;
-REVOKE EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) FROM fq_owner;
+REVOKE EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text) FROM fq_owner;
 DROP ROLE fq_owner;
 
 -- ---------------------------------------------------------------------------
@@ -606,7 +606,7 @@ DROP TABLE fk_jobs;
 CREATE ROLE fq_alice IN ROLE fairshare_app;
 CREATE ROLE fq_mallory IN ROLE fairshare_app;
 GRANT CREATE ON SCHEMA public TO fq_alice, fq_mallory;
-GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) TO fq_alice, fq_mallory;
+GRANT EXECUTE ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text) TO fq_alice, fq_mallory;
 GRANT EXECUTE ON FUNCTION fs_unregister_queue(text) TO fq_alice, fq_mallory;
 
 -- A registration left behind by a dropped table (the event trigger that
@@ -728,7 +728,7 @@ SELECT fs_unregister_queue('a_slow');
 DROP TABLE fs_slow_jobs;
 DROP FUNCTION fq_slow(text);
 
-REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval) FROM fq_alice, fq_mallory;
+REVOKE ALL ON FUNCTION fs_register_queue(text, regclass, text, text, text, text, regclass, text, text, text, boolean, boolean, text, text, integer, interval, text) FROM fq_alice, fq_mallory;
 REVOKE ALL ON FUNCTION fs_unregister_queue(text) FROM fq_alice, fq_mallory;
 REVOKE CREATE ON SCHEMA public FROM fq_alice, fq_mallory;
 DROP ROLE fq_alice;
