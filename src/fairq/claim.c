@@ -454,7 +454,7 @@ fs_claim_leaves_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelect
 		FsTenantChange c;
 
 		fs_change_init(&c, now);
-		c.rows = c.rows_recounted = missing + pl->unkeyed;
+		c.rows = missing + pl->unkeyed;		/* not recounted since: give back */
 		c.resync_gen = plan->resync_gen;
 		c.tag = pl->cost_fix / pl->weight;
 		if (missing > 0)

@@ -42,7 +42,7 @@ fs_undo_claims(SubTransactionId subid)
 		{
 			/* A leaf's record: its rows and tag back (subkeys.c). */
 			fs_change_init(&c, fs_now());
-			c.rows = c.rows_recounted = rec->rows;
+			c.rows = rec->rows;		/* back unless recounted since */
 			c.resync_gen = rec->resync_gen;
 			c.tag = -rec->charge;
 			fs_leaf_apply(rec->queue, rec->tenant, rec->subkey, &c);

@@ -165,9 +165,20 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 		{
 			old_in = fs_ready_eval(role, rt->econtext, td->tg_trigslot, old_tenant, old_subkey);
 			new_in = fs_ready_eval(role, rt->econtext, td->tg_newslot, new_tenant, new_subkey);
-			if (old_in && new_in && strcmp(old_tenant, new_tenant) == 0 &&
-				strcmp(old_subkey, new_subkey) == 0)
-				old_in = new_in = false;	/* still ready, same tenant and leaf */
+			if (old_in && new_in && strcmp(old_tenant, new_tenant) == 0)
+			{
+				/*
+				 * Still ready, same tenant: nothing left it.  A row moved to
+				 * another sub-key moves between its leaves only (its tenant
+				 * is not charged as for a row that left).
+				 */
+				if (strcmp(old_subkey, new_subkey) != 0 && old_tenant[0] != '\0')
+				{
+					fs_delta_add(role->queue, old_tenant, old_subkey, -1, 0, 0);
+					fs_delta_add(role->queue, new_tenant, new_subkey, 1, 0, 0);
+				}
+				old_in = new_in = false;
+			}
 		}
 		if (old_in)
 			fs_ready_leave(role, rt->econtext, td->tg_trigslot, old_tenant, old_subkey);
