@@ -709,11 +709,22 @@ fs_row_text(HeapTuple row, TupleDesc rowdesc, const char *column, Relation rel,
 static void
 fs_desc_texts(FsFairDesc *desc, HeapTuple row, TupleDesc rowdesc)
 {
-	Relation	rel = relation_open(desc->ready_relid, AccessShareLock);
+	Relation	rel = try_relation_open(desc->ready_relid, AccessShareLock);
 	const char *queue = desc->queue_name;
 	MemoryContext cxt = desc->cxt;
-	int			nest = fs_search_path_begin();
+	int			nest;
 	Oid			key_type = InvalidOid;
+
+	/*
+	 * Dropped by another session after this one read the registration (the
+	 * drop removes the registration when it commits).
+	 */
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("the ready table of queue \"%s\" was dropped", queue),
+				 errhint("Register the queue's new table with fs_register_queue().")));
+	nest = fs_search_path_begin();
 
 	desc->tenant = fs_row_text(row, rowdesc, "tenant", rel, FS_EXPR_TENANT, queue, cxt, NULL);
 	desc->order_by = fs_row_text(row, rowdesc, "order_by", rel, FS_EXPR_ORDER, queue, cxt, NULL);

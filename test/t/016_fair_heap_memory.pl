@@ -1,7 +1,8 @@
 # Shared memory grows with each setting on its own, never with their
 # product: fairshare takes at most 320 bytes per tenant entry
 # (fairshare.max_tenants), 2.5 kB per queue (fairshare.max_queues) and
-# 296 bytes per lease (fairshare.max_leases), plus 8 MB for the rest; the
+# 296 bytes per lease (fairshare.max_leases), 300 bytes per sub-key entry
+# (fairshare.max_subkeys, 10,000 here), plus 8 MB for the rest; the
 # fair order ("fairshare fair dequeue") at most 40 bytes per tenant and 2 kB
 # per queue, plus 64 kB.  These are the bounds README.md gives (with the
 # figures measured).  Checked in pg_shmem_allocations at the defaults and
@@ -50,10 +51,10 @@ for my $case ([10000, 1024, 16384, 'the defaults'],
 	my ($tenants, $queues, $leases, $what) = @$case;
 	my $node = fs_node("memory_${tenants}_${queues}_$leases",
 		"fairshare.max_tenants = $tenants\nfairshare.max_queues = $queues\n" .
-		  "fairshare.max_leases = $leases");
+		  "fairshare.max_leases = $leases\nfairshare.max_subkeys = 10000");
 	my ($total, $fair) = allocated($node);
 	my $fair_bound = 40 * $tenants + 2048 * $queues + 65536;
-	my $bound = 320 * $tenants + 2560 * $queues + 296 * $leases + 8 * 1024 * 1024;
+	my $bound = 320 * $tenants + 2560 * $queues + 296 * $leases + 300 * 10000 + 8 * 1024 * 1024;
 
 	ok($fair > 0 && $fair <= $fair_bound,
 		"$what: the fair order takes $fair bytes, within $fair_bound");
