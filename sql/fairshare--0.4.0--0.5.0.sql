@@ -394,3 +394,32 @@ COMMENT ON FUNCTION fs_fair_subkeys(text) IS
 'the sub-keys of a queue registered with a subkey, with ready rows, as shared memory has them: each tenant''s rows go to its sub-key with the smallest virtual_start; weight is NULL until a claim has read it; passed_over_until is set while a sub-key that came back short is passed over; needs SELECT on the queue''s table';
 REVOKE ALL ON FUNCTION fs_fair_subkeys(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fs_fair_subkeys(text) TO pg_monitor, fairshare_app, fairshare_worker, fairshare_admin;
+
+-- Why a ready row waits.
+CREATE FUNCTION fs_explain_wait(
+    queue   text,
+    job_key text,
+    OUT tenant            text,
+    OUT reason            text,
+    OUT detail            text,
+    OUT tenant_rows_ahead bigint,
+    OUT tenants_ahead     integer,
+    OUT rows_ahead        bigint,
+    OUT slots_in_use      integer,
+    OUT max_slots         integer,
+    OUT slot_ceiling      integer,
+    OUT live_threads      integer,
+    OUT throttle_pct      double precision,
+    OUT token_balance     double precision,
+    OUT tokens_per_row    double precision,
+    OUT budget_ready_at   timestamptz,
+    OUT backpressure      text,
+    OUT claim_rate        double precision,
+    OUT estimated_start   timestamptz)
+RETURNS record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_explain_wait';
+COMMENT ON FUNCTION fs_explain_wait(text, text) IS
+'why the ready row of a registered queue with this key (its text form) waits right now: a reason (not_found, locked, not_ready, no_tenant, untracked, tenant_limit, global_gate, throttled, no_budget, backpressure, fair_order, tenant_order, claimable), a detail, the figures behind it and the expected start; reads only and never waits; needs SELECT on the table and a role row-level security does not restrict on it';
+REVOKE ALL ON FUNCTION fs_explain_wait(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_explain_wait(text, text) TO fairshare_app;

@@ -18,6 +18,7 @@
  *	  register_cache.c      the per-backend caches of registrations (by
  *	                        queue, and by relation for the row triggers)
  *	                        (register_int.h is what these three share)
+ *	  explain.c             fs_explain_wait(): why a ready row waits
  *	  track.c     the triggers: backlog deltas applied at commit,
  *	                        what a claim undoes at rollback
  *	  claim_map.c           the claim map (claimed row -> lease) that
@@ -431,6 +432,9 @@ extern FsRelTriggers *fs_fair_rel_triggers(Relation rel);
 extern List *fs_fair_registered_queues(void);
 extern void fs_fair_check_owner(Oid relid, const char *queue_name);
 extern void fs_fair_check_schema_usage(FsFairDesc *desc, const char *function);
+extern void fs_fair_check_counts_readable(FsFairDesc *desc, const char *function,
+										  const char *action);
+extern void fs_q_piece(FsQueryText *q, StringInfo buf, const char *piece, const char *text);
 extern void fs_fair_query_error(MemoryContext cxt, const FsFairDesc *desc,
 								const FsQueryText *q, const char *what) pg_attribute_noreturn();
 extern void fs_fair_register_init(void);

@@ -52,6 +52,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
 #include "utils/ruleutils.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
@@ -192,7 +193,7 @@ fs_q_sql(StringInfo buf, const char *sql)
 }
 
 /* Append `text`, which is the registration's `piece`, to q's text. */
-static void
+void
 fs_q_piece(FsQueryText *q, StringInfo buf, const char *piece, const char *text)
 {
 	int			start = buf->len;
@@ -621,6 +622,34 @@ fs_fair_check_schema_usage(FsFairDesc *desc, const char *function)
 						desc->queue_name),
 				 errhint("%s() reads the queue's table %s: grant USAGE on schema %s to the role "
 						 "that calls it.", function, desc->ready_name, desc->ready_schema)));
+}
+
+/*
+ * May the caller see what fairshare counts of `desc`'s queue (`action`, as
+ * "list the tenants")?  It needs SELECT on the ready table and USAGE on its
+ * schema, and row-level security must not restrict it there: the counts are
+ * of every ready row, whoever may see it (kept by triggers and recounted as
+ * the table's owner), so a caller the policies restrict would learn of rows
+ * they hide.  `function` names the SQL function in messages.
+ */
+void
+fs_fair_check_counts_readable(FsFairDesc *desc, const char *function, const char *action)
+{
+	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to %s of %s", action, desc->ready_name),
+				 errhint("%s() needs SELECT on the queue's table.", function)));
+	fs_fair_check_schema_usage(desc, function);
+	if (check_enable_rls(desc->ready_relid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to %s of queue \"%s\": row-level security "
+						"restricts you on %s", action, desc->queue_name, desc->ready_name),
+				 errdetail("%s() counts every ready row, including the rows the table's "
+						   "policies hide from you.", function),
+				 errhint("Call it as the table's owner or a role with BYPASSRLS, or claim with "
+						 "fs_claim(), which applies the policies.")));
 }
 
 /*

@@ -5,7 +5,7 @@
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS fairshare;
 BEGIN;
-SELECT plan(60);
+SELECT plan(70);
 
 SELECT has_function('fs_register_queue', ARRAY['text', 'regclass', 'text', 'text', 'text', 'text',
        'regclass', 'text', 'text', 'text', 'boolean', 'boolean', 'text', 'text', 'integer', 'interval', 'text']);
@@ -34,6 +34,20 @@ SELECT is(pg_get_function_result('fs_ready_tenants(text, integer)'::regprocedure
           'fs_ready_tenants columns');
 SELECT is(pg_get_function_arguments('fs_ready_tenants(text, integer)'::regprocedure),
           'queue text, max_tenants integer DEFAULT 100', 'fs_ready_tenants argument names and defaults');
+SELECT has_function('fs_explain_wait', ARRAY['text', 'text']);
+SELECT is(pg_get_function_result('fs_explain_wait(text, text)'::regprocedure), 'record',
+          'fs_explain_wait returns one row');
+SELECT is(pg_get_function_arguments('fs_explain_wait(text, text)'::regprocedure),
+          'queue text, job_key text, OUT tenant text, OUT reason text, OUT detail text, '
+          'OUT tenant_rows_ahead bigint, OUT tenants_ahead integer, OUT rows_ahead bigint, '
+          'OUT slots_in_use integer, OUT max_slots integer, OUT slot_ceiling integer, '
+          'OUT live_threads integer, OUT throttle_pct double precision, '
+          'OUT token_balance double precision, OUT tokens_per_row double precision, '
+          'OUT budget_ready_at timestamp with time zone, OUT backpressure text, '
+          'OUT claim_rate double precision, OUT estimated_start timestamp with time zone',
+          'fs_explain_wait arguments and columns');
+SELECT function_privs_are('fs_explain_wait', ARRAY['text', 'text'], 'public', ARRAY[]::text[]);
+SELECT function_privs_are('fs_explain_wait', ARRAY['text', 'text'], 'fairshare_app', ARRAY['EXECUTE']);
 SELECT has_function('fs_resync', ARRAY['text']);
 SELECT is(pg_get_function_result('fs_resync(text)'::regprocedure),
           'TABLE(queue_name text, tenants integer, ready_rows bigint)', 'fs_resync columns');
@@ -93,6 +107,11 @@ SELECT throws_ok($$SELECT * FROM fs_claim('tq', NULL::tap_jobs, NULL)$$, '22004'
 SELECT throws_ok($$SELECT * FROM fs_claim('tq', NULL::tap_jobs, 10001)$$, '54000');
 SELECT throws_ok($$SELECT * FROM fs_claim('tq', NULL::tap_jobs, 1, '0')$$, '22023');
 SELECT throws_ok($$SELECT * FROM fs_ready_tenants('tq', -5)$$, '22023');
+SELECT throws_ok($$SELECT * FROM fs_explain_wait(NULL, '1')$$, '22004');
+SELECT throws_ok($$SELECT * FROM fs_explain_wait('nope', '1')$$, '42704');
+SELECT throws_ok($$SELECT * FROM fs_explain_wait('tq', NULL)$$, '22004');
+SELECT throws_ok($$SELECT * FROM fs_explain_wait('tq', 'x')$$, '22P02');
+SELECT is((SELECT reason FROM fs_explain_wait('tq', '1')), 'not_found', 'an unknown key is not_found');
 SELECT lives_ok($$SELECT * FROM fs_claim('tq', NULL::tap_jobs, 10000)$$, 'the largest batch');
 SELECT is(fs_unregister_queue('tq'), true, 'unregistered');
 SELECT is(fs_unregister_queue('tq'), false, 'unregistering twice is no error');

@@ -8,7 +8,7 @@
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS fairshare;
 BEGIN;
-SELECT plan(71);
+SELECT plan(74);
 
 -- The roles.
 SELECT has_role('fairshare_app');
@@ -35,6 +35,7 @@ INSERT INTO fn VALUES
     ('fs_route_enqueue(text,text,jsonb,text)', 'fairshare_app'),
     ('fs_claim(text,anyelement,integer,interval,text[],text[])', 'fairshare_app'),
     ('fs_ready_tenants(text,integer)', 'fairshare_app'),
+    ('fs_explain_wait(text,text)', 'fairshare_app'),
     ('fs_worker_heartbeat(text,integer,text)', 'fairshare_worker'),
     ('fs_report_latency(interval,text)', 'fairshare_worker'),
     ('fs_set_limit(text,text,integer,integer,double precision,double precision,double precision)', 'fairshare_admin'),
