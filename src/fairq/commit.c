@@ -428,12 +428,21 @@ fs_commit(void)
 			/*
 			 * A row still ready gets its reservation back; if the queue was
 			 * recounted since the claim, the count had it, and a row that
-			 * left is taken off instead.
+			 * left is taken off instead.  A row still ready was not served:
+			 * its tenant (and sub-key) get back the turn its claim charged,
+			 * its cost over the weight, as a rollback gives it back (what
+			 * the application's own conditions left, such as a job held by
+			 * a uniqueness or priority rule, costs its tenant nothing).
 			 */
 			fs_change_init(&c, fs_commit_now(&now));
 			c.rows = row->left_subid == 0 ? 1 : 0;
 			c.rows_recounted = row->left_subid != 0 ? -1 : 0;
 			c.resync_gen = row->resync_gen;
+			if (row->left_subid == 0)
+			{
+				c.cost = -row->cost;
+				c.served = -row->cost;
+			}
 			fs_fair_change(row->queue, row->tenant, false, &c);
 			if (row->subkey[0] != '\0')
 				fs_leaf_apply(row->queue, row->tenant, row->subkey, &c);

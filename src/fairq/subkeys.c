@@ -285,7 +285,8 @@ fs_leaf_drop_if_idle(FsFairQueue *fq, FsLeaf *leaf)
 /*
  * Apply `c` to the leaf (tenant, subkey) of `queue`: its rows (as
  * fs_fair_change() applies a tenant's, by the recount generation), its tag
- * (c->tag, already divided by the leaf's weight), its newest adder, and
+ * (c->tag, already divided by the leaf's weight, and c->cost, divided by
+ * it here), its newest adder, and
  * whether it came back short (c->dry, by c->dry_horizon as for a tenant).
  * A leaf gets an entry only when rows are added.  Takes the queue's lock
  * and the leaf lock; nothing here fails.
@@ -311,7 +312,9 @@ fs_leaf_apply(FsQueue *queue, const char *tenant, const char *subkey, const FsTe
 		if (FullTransactionIdIsValid(c->adder) &&
 			FullTransactionIdPrecedes(leaf->backlog_fxid, c->adder))
 			leaf->backlog_fxid = c->adder;
-		leaf->virtual_finish = Max(leaf->virtual_finish + c->tag, 0.0);
+		leaf->virtual_finish = Max(leaf->virtual_finish + c->tag +
+								   c->cost / (leaf->weight_generation != 0 ? leaf->weight : 1.0),
+								   0.0);
 		if (c->dry && (!FullTransactionIdIsValid(c->dry_horizon) ||
 					   FullTransactionIdPrecedes(leaf->backlog_fxid, c->dry_horizon)))
 		{

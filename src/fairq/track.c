@@ -310,6 +310,7 @@ fs_track_claimed_row(FsFairDesc *desc, const char *tenant, const char *subkey, D
 	row->key_expr = fs_key_expr_hash(desc);
 	strlcpy(row->tenant, tenant, FS_NAME_BUFLEN);
 	strlcpy(row->subkey, subkey != NULL ? subkey : "", FS_NAME_BUFLEN);
+	row->cost = est_cost;
 	if (OidIsValid(desc->running_relid))
 	{
 		row->mapped = fs_claim_map_insert(&xkey.claim, lease_id, est_cost, tenant);

@@ -76,6 +76,7 @@ typedef struct FsClaimedRow
 	uint32		key_expr;		/* hash of the key expression it came from */
 	char		tenant[FS_NAME_BUFLEN];
 	char		subkey[FS_NAME_BUFLEN];	/* its leaf, or "" */
+	float8		cost;			/* its cost, as its claim charged it */
 } FsClaimedRow;
 
 

@@ -264,6 +264,20 @@ COMMIT;
 SELECT (SELECT count(*) FROM fs_leases WHERE queue = 'fw') AS leases,
        (SELECT sum(ready_rows) FROM fs_tenants WHERE queue = 'fw') = (SELECT count(*) FROM fw_jobs)
        AS counts_match_table;
+-- ... and its tenant gets back the turn the claim charged, as a rollback
+-- gives it back: the next claim takes the same tenant's row again.
+CREATE TABLE rf_jobs (id bigserial PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('rf', 'rf_jobs', 'tenant', 'id');
+INSERT INTO rf_jobs (tenant) VALUES ('a'), ('b'), ('a'), ('b');
+BEGIN;
+SELECT tenant AS claimed_not_taken FROM fs_claim('rf', NULL::rf_jobs, 1);
+COMMIT;
+SELECT tenant, ready_rows, virtual_finish, served_ms FROM fs_tenants WHERE queue = 'rf' ORDER BY 1;
+BEGIN;
+SELECT tenant AS next_claim FROM fs_claim('rf', NULL::rf_jobs, 1);
+ROLLBACK;
+SELECT fs_unregister_queue('rf');
+DROP TABLE rf_jobs;
 
 -- ---------------------------------------------------------------------------
 -- Automatic release: Solid Queue
