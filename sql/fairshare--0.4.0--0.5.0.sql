@@ -415,7 +415,9 @@ CREATE FUNCTION fs_explain_wait(
     OUT budget_ready_at   timestamptz,
     OUT backpressure      text,
     OUT claim_rate        double precision,
-    OUT estimated_start   timestamptz)
+    OUT estimated_start   timestamptz,
+    OUT subkey            text,
+    OUT subkeys_ahead     integer)
 RETURNS record
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_explain_wait';

@@ -104,6 +104,8 @@ enum
 	FS_W_BACKPRESSURE,
 	FS_W_CLAIM_RATE,
 	FS_W_ESTIMATED_START,
+	FS_W_SUBKEY,
+	FS_W_SUBKEYS_AHEAD,
 	FS_W_NCOLUMNS
 };
 
@@ -116,12 +118,15 @@ typedef struct FsWait
 	bool		nulls[FS_W_NCOLUMNS];
 	/* the row */
 	char	   *tenant;			/* NULL: the expression gave NULL */
+	char		subkey[FS_NAME_BUFLEN];	/* a queue with a subkey: its leaf */
 	bool		ready;			/* the ready part of the filter holds */
 	bool		claimable;		/* the claim-time part holds */
 	Oid			relid;			/* the table (partition) holding it */
 	ItemPointerData tid;
 	/* its tenant */
 	int64		tenant_rows_ahead;	/* -1: not counted */
+	int64		subkey_rows_ahead;	/* of them, its sub-key's; -1: not counted */
+	int32		subkeys_ahead;	/* its tenant's sub-keys that start before it */
 	FsTenantView view;
 	bool		have_view;		/* the tenant has an entry */
 	bool		in_order;		/* ... listed in the fair order */
@@ -265,7 +270,12 @@ fs_explain_find_row(FsFairDesc *desc, Datum key, FsWait *w, MemoryContext cxt)
 	else
 		appendStringInfoString(&buf, "true");
 	appendStringInfoString(&buf, " IS TRUE, " FS_EXPLAIN_ALIAS ".tableoid, " FS_EXPLAIN_ALIAS
-						   ".ctid FROM ");
+						   ".ctid, ");
+	if (desc->subkey)
+		fs_explain_piece(&q, &buf, "subkey", desc->subkey);
+	else
+		appendStringInfoString(&buf, "NULL::pg_catalog.text");
+	appendStringInfoString(&buf, " FROM ");
 	fs_explain_piece(&q, &buf, "ready_table", desc->ready_name);
 	appendStringInfoString(&buf, " " FS_EXPLAIN_ALIAS " WHERE ");
 	fs_explain_piece(&q, &buf, "key", desc->key);
@@ -283,6 +293,11 @@ fs_explain_find_row(FsFairDesc *desc, Datum key, FsWait *w, MemoryContext cxt)
 	w->claimable = DatumGetBool(SPI_getbinval(tuple, tupdesc, 3, &isnull));
 	w->relid = DatumGetObjectId(SPI_getbinval(tuple, tupdesc, 4, &isnull));
 	ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(tuple, tupdesc, 5, &isnull)), &w->tid);
+	if (desc->subkey)
+	{
+		d = SPI_getbinval(tuple, tupdesc, 6, &isnull);
+		fs_subkey_name(d, isnull, w->subkey);
+	}
 	return true;
 }
 
@@ -294,12 +309,12 @@ fs_explain_find_row(FsFairDesc *desc, Datum key, FsWait *w, MemoryContext cxt)
  */
 static int64
 fs_explain_tenant_rows_ahead(FsFairDesc *desc, Datum key, const char *tenant,
-							 MemoryContext cxt)
+							 const char *subkey, MemoryContext cxt)
 {
 	FsQueryText q;
 	StringInfoData buf;
-	Oid			types[2] = {desc->key_type, TEXTOID};
-	Datum		values[2] = {key, CStringGetTextDatum(tenant)};
+	Oid			types[3] = {desc->key_type, TEXTOID, TEXTOID};
+	Datum		values[3] = {key, CStringGetTextDatum(tenant), CStringGetTextDatum(subkey)};
 	bool		isnull;
 	Datum		n;
 
@@ -329,10 +344,24 @@ fs_explain_tenant_rows_ahead(FsFairDesc *desc, Datum key, const char *tenant,
 		appendStringInfoString(&buf, " AND ");
 		fs_explain_piece(&q, &buf, "filter", desc->claim_filter);
 	}
+	if (desc->subkey)
+	{
+		/* Its sub-key's rows only (the leaf of fs_subkey_name()). */
+		appendStringInfoString(&buf, " AND CASE WHEN ");
+		fs_explain_piece(&q, &buf, "subkey", desc->subkey);
+		appendStringInfoString(&buf, " IS NULL OR pg_catalog.octet_length(");
+		fs_explain_piece(&q, &buf, "subkey", desc->subkey);
+		appendStringInfo(&buf, ") NOT BETWEEN 1 AND %d OR ", FS_NAME_MAXLEN);
+		fs_explain_piece(&q, &buf, "subkey", desc->subkey);
+		appendStringInfoString(&buf, " OPERATOR(pg_catalog.=) '" FS_SUBKEY_NONE "' THEN '"
+							   FS_SUBKEY_NONE "' ELSE ");
+		fs_explain_piece(&q, &buf, "subkey", desc->subkey);
+		appendStringInfoString(&buf, " END OPERATOR(pg_catalog.=) $3");
+	}
 	appendStringInfoString(&buf, ") s WHERE s.fs_key OPERATOR(pg_catalog.=) $1 LIMIT 1");
 	q.sql = buf.data;
 
-	fs_explain_run(desc, &q, 2, types, values, cxt);
+	fs_explain_run(desc, &q, desc->subkey ? 3 : 2, types, values, cxt);
 	if (SPI_processed == 0)
 		return -1;				/* changed since it was found */
 	n = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -662,6 +691,12 @@ fs_explain_capacity(FsFairDesc *desc, FsWait *w, TimestampTz now)
 		appendStringInfo(&w->detail, "%lld row%s of tenant \"%s\" come%s first in its order (%s)",
 						 (long long) w->tenant_rows_ahead, w->tenant_rows_ahead == 1 ? "" : "s",
 						 w->tenant, w->tenant_rows_ahead == 1 ? "s" : "", desc->order_by);
+		if (w->subkey_rows_ahead >= 0)
+			appendStringInfo(&w->detail, ": %lld of its sub-key \"%s\", and %lld of %d other "
+							 "sub-key%s whose turn comes first",
+							 (long long) w->subkey_rows_ahead, w->subkey,
+							 (long long) (w->tenant_rows_ahead - w->subkey_rows_ahead),
+							 w->subkeys_ahead, w->subkeys_ahead == 1 ? "" : "s");
 	}
 	else
 	{
@@ -771,9 +806,11 @@ fs_explain_tenant(FsFairDesc *desc, FsWait *w, Datum key, TimestampTz now, Memor
 	FsFairQueue *fq = desc->fq;
 	uint32		generation;
 
-	w->tenant_rows_ahead = fs_explain_tenant_rows_ahead(desc, key, w->tenant, cxt);
+	w->tenant_rows_ahead = fs_explain_tenant_rows_ahead(desc, key, w->tenant, w->subkey, cxt);
 	if (w->tenant_rows_ahead >= 0)
 		fs_wait_set(w, FS_W_TENANT_ROWS_AHEAD, Int64GetDatum(w->tenant_rows_ahead));
+	if (desc->subkey)
+		fs_wait_set(w, FS_W_SUBKEY, CStringGetTextDatum(w->subkey));
 	if (fq == NULL)
 	{
 		w->reason = FS_WAIT_UNTRACKED;
@@ -791,6 +828,25 @@ fs_explain_tenant(FsFairDesc *desc, FsWait *w, Datum key, TimestampTz now, Memor
 	w->tokens_per_row = fs_fair_budget_cost(desc);
 	w->unit_cost = fs_fair_clamp_cost(desc->cost != NULL ? fq->avg_cost :
 									  desc->charge_runtime ? fq->avg_runtime_ms : 1.0, false);
+	if (desc->subkey && w->tenant_rows_ahead >= 0)
+	{
+		/*
+		 * Its tenant's order is its sub-keys' (subkeys.c): the rows of its
+		 * own sub-key ahead of it, and those of the sub-keys that start
+		 * before it.
+		 */
+		int64		leaf_rows = w->tenant_rows_ahead;
+		int64		other = fs_leaf_rows_ahead(desc->queue, w->tenant, w->subkey, leaf_rows,
+											   w->unit_cost, &w->subkeys_ahead);
+
+		if (other >= 0)
+		{
+			w->tenant_rows_ahead = leaf_rows + other;
+			fs_wait_set(w, FS_W_TENANT_ROWS_AHEAD, Int64GetDatum(w->tenant_rows_ahead));
+			fs_wait_set(w, FS_W_SUBKEYS_AHEAD, Int32GetDatum(w->subkeys_ahead));
+			w->subkey_rows_ahead = leaf_rows;
+		}
+	}
 
 	fs_explain_place(desc, w, now);
 	if (!w->have_view)
@@ -932,6 +988,7 @@ fs_explain_wait(PG_FUNCTION_ARGS)
 	memset(w.nulls, true, sizeof(w.nulls));
 	initStringInfo(&w.detail);
 	w.tenant_rows_ahead = -1;
+	w.subkey_rows_ahead = -1;
 	now = fs_now();
 	key = fs_explain_key(desc, job_key);
 

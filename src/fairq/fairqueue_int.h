@@ -801,6 +801,8 @@ extern void fs_leaves_recounted(FsFairQueue *fq, uint32 queue_id, const FsLeafCo
 								int32 ncounts, const FsLeafCountAt *at, int32 nat);
 extern void fs_leaves_settle_all(FsFairQueue *fq, uint32 queue_id);
 extern void fs_subkey_name(Datum value, bool isnull, char *subkey);
+extern int64 fs_leaf_rows_ahead(FsQueue *queue, const char *tenant, const char *subkey,
+								int64 own_ahead, float8 cost, int32 *subkeys_ahead);
 /* claim.c */
 extern FsFairDesc *fs_fair_desc_arg(FunctionCallInfo fcinfo, int argno);
 

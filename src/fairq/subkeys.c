@@ -741,6 +741,68 @@ fs_leaves_settle_all(FsFairQueue *fq, uint32 queue_id)
 	LWLockRelease(fs_leaf_shared->lock);
 }
 
+/*
+ * For fs_explain_wait(): the rows of the other sub-keys of `tenant` that a
+ * row of `subkey` waits for, when `own_ahead` rows of its own sub-key come
+ * before it.  Its start is S = max(v, F) + own_ahead * cost / w; a sub-key
+ * starting before S takes as many rows as its tag lets it until S, at most
+ * its backlog.  *subkeys_ahead counts those sub-keys.  -1 when the sub-key
+ * has no entry (no counted rows).  Reads only.
+ */
+int64
+fs_leaf_rows_ahead(FsQueue *queue, const char *tenant, const char *subkey, int64 own_ahead,
+				   float8 cost, int32 *subkeys_ahead)
+{
+	FsFairQueue *fq = fs_fair_queue(queue);
+	FsLeaf	   *leaf;
+	int64		rows = -1;
+
+	*subkeys_ahead = 0;
+	if (fs_leaf_hash == NULL || !(cost > 0))
+		return -1;
+	LWLockAcquire(fq->lock, LW_SHARED);
+	LWLockAcquire(fs_leaf_shared->lock, LW_EXCLUSIVE);
+	leaf = fs_leaf_find(queue->queue_id, tenant, subkey);
+	if (leaf != NULL)
+	{
+		FsLeaf	   *order = leaf->order;
+		float8		weight = leaf->weight_generation != 0 ? leaf->weight : 1.0;
+		float8		start = Max(order->vtime, leaf->virtual_finish) + own_ahead * cost / weight;
+		HASH_SEQ_STATUS seq;
+		FsLeaf	   *other;
+
+		rows = 0;
+		hash_seq_init(&seq, fs_leaf_hash);
+		while ((other = hash_seq_search(&seq)) != NULL)
+		{
+			float8		other_start;
+			float8		other_weight;
+			float8		steps;
+			int64		n;
+
+			if (other == leaf || other->key.subkey[0] == '\0' || other->order != order ||
+				other->ready_rows <= 0)
+				continue;
+			other_start = Max(order->vtime, other->virtual_finish);
+			if (other_start > start ||
+				(other_start == start && strcmp(other->key.subkey, subkey) > 0))
+				continue;
+			other_weight = other->weight_generation != 0 ? other->weight : 1.0;
+			steps = Min((start - other_start) * other_weight / cost, (float8) PG_INT32_MAX);
+			/* Its rows start at other_start, one step apart; a tie goes by name. */
+			n = strcmp(other->key.subkey, subkey) < 0 ? (int64) floor(steps) + 1 :
+				(int64) ceil(steps);
+			if (n <= 0)
+				continue;
+			rows += Min(n, other->ready_rows);
+			(*subkeys_ahead)++;
+		}
+	}
+	LWLockRelease(fs_leaf_shared->lock);
+	LWLockRelease(fq->lock);
+	return rows;
+}
+
 /* ----------------------------------------------------------------
  * fs_fair_subkeys(queue text)
  * ----------------------------------------------------------------

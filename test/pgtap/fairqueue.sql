@@ -44,7 +44,7 @@ SELECT is(pg_get_function_arguments('fs_explain_wait(text, text)'::regprocedure)
           'OUT live_threads integer, OUT throttle_pct double precision, '
           'OUT token_balance double precision, OUT tokens_per_row double precision, '
           'OUT budget_ready_at timestamp with time zone, OUT backpressure text, '
-          'OUT claim_rate double precision, OUT estimated_start timestamp with time zone',
+          'OUT claim_rate double precision, OUT estimated_start timestamp with time zone, OUT subkey text, OUT subkeys_ahead integer',
           'fs_explain_wait arguments and columns');
 SELECT function_privs_are('fs_explain_wait', ARRAY['text', 'text'], 'public', ARRAY[]::text[]);
 SELECT function_privs_are('fs_explain_wait', ARRAY['text', 'text'], 'fairshare_app', ARRAY['EXECUTE']);

@@ -102,6 +102,20 @@ COMMIT;
 SELECT subkey, ready_rows FROM fs_fair_subkeys('sk') ORDER BY 1;
 SELECT short_probes FROM fs_fairness WHERE queue = 'sk';
 
+-- fs_explain_wait() knows a row's sub-key: its tenant's order is its
+-- sub-keys' (the last row of k9 waits for the rows of k9 before it, and for
+-- those of the sub-keys whose turn comes first).
+SELECT subkey, subkeys_ahead, tenant_rows_ahead, reason, detail
+  FROM fs_explain_wait('sk', (SELECT max(id)::text FROM sk_jobs WHERE sub = 'k9'));
+SELECT subkey, subkeys_ahead, tenant_rows_ahead
+  FROM fs_explain_wait('sk', (SELECT min(id)::text FROM sk_jobs));
+-- ... as a claim of all of them orders them.
+BEGIN;
+SELECT n - 1 AS rows_before_it
+  FROM (SELECT (c.job).id, row_number() OVER () AS n FROM fs_claim('sk', NULL::sk_jobs, 9) c) c
+ WHERE id = (SELECT max(id) FROM sk_jobs WHERE sub = 'k9');
+ROLLBACK;
+
 -- Who may read them: SELECT on the queue's table.
 CREATE ROLE sk_stranger IN ROLE fairshare_app;
 SET ROLE sk_stranger;
