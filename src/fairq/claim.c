@@ -504,6 +504,13 @@ fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelecti
 	bool		short_of_plan = false;
 	int			i;
 
+	/*
+	 * Leaves first: rows given back to a tenant before its leaf would be
+	 * rows no leaf counts, for a claim in between.
+	 */
+	if (plan->leaves && fs_claim_leaves_settle(desc, plan, now, sel))
+		short_of_plan = true;
+
 	for (i = 0; i < plan->ntenants; i++)
 	{
 		FsPlanTenant *pt = &plan->tenants[i];
@@ -535,8 +542,6 @@ fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelecti
 			fs_track_claim(desc, pt->name, pt->got - pt->unkeyed - pt->planned, tag_fix,
 						   served_fix, plan->resync_gen, plan->vtime_before, plan->vtime_after);
 	}
-	if (plan->leaves && fs_claim_leaves_settle(desc, plan, now, sel))
-		short_of_plan = true;
 	return short_of_plan;
 }
 

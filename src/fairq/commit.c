@@ -389,12 +389,11 @@ fs_commit(void)
 		hash_seq_init(&seq, fs_xact.deltas);
 		while ((delta = hash_seq_search(&seq)) != NULL)
 		{
-			if (delta->key.tenant[0] == '\0')
-				fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
-			else if (delta->leaves == 0 && (delta->rows != 0 || delta->added))
-				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0,
-									  fs_delta_adder(delta));
-			/* A queue with a subkey: the leaf's rows too (subkeys.c). */
+			/*
+			 * A queue with a subkey: the leaf's rows too (subkeys.c), before
+			 * its tenant's, so that a claim never sees the tenant's new rows
+			 * without its leaf's (it would take them as rows no leaf counts).
+			 */
 			if (delta->key.tenant[0] != '\0' && delta->key.subkey[0] != '\0' &&
 				(delta->rows != 0 || delta->added))
 			{
@@ -404,6 +403,11 @@ fs_commit(void)
 				c.adder = fs_delta_adder(delta);
 				fs_leaf_apply(delta->queue, delta->key.tenant, delta->key.subkey, &c);
 			}
+			if (delta->key.tenant[0] == '\0')
+				fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
+			else if (delta->leaves == 0 && (delta->rows != 0 || delta->added))
+				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0,
+									  fs_delta_adder(delta));
 		}
 		fs_apply_own_claims(fs_commit_now(&now));
 	}
@@ -443,9 +447,10 @@ fs_commit(void)
 				c.cost = -row->cost;
 				c.served = -row->cost;
 			}
-			fs_fair_change(row->queue, row->tenant, false, &c);
+			/* Its leaf first, as above. */
 			if (row->subkey[0] != '\0')
 				fs_leaf_apply(row->queue, row->tenant, row->subkey, &c);
+			fs_fair_change(row->queue, row->tenant, false, &c);
 		}
 	}
 

@@ -357,7 +357,8 @@ typedef struct FsLeaf
 	FsLeafKey	key;			/* hash key: must be first */
 	uint32		generation;		/* new for every entry made */
 	bool		queued;			/* a leaf: in its tenant's order */
-	int64		ready_rows;		/* a leaf: its backlog */
+	int64		ready_rows;		/* a leaf: its backlog; the tenant's entry:
+								 * the sum of its leaves' */
 	float8		virtual_finish; /* a leaf: finish tag of its last claim */
 	float8		weight;			/* a leaf: from fs_subkey_weights */
 	uint32		weight_generation;	/* limits generation of `weight`; 0: none */
@@ -455,6 +456,7 @@ extern ArrayType *fs_track_held_keys(FsFairDesc *desc);
 extern void fs_track_registration_changed(const char *queue_name, bool unregistered);
 extern void fs_track_truncated(const char *queue_name);
 extern bool fs_track_row_left(FsRelRole *role, Datum key);
+extern bool fs_track_row_moved(FsRelRole *role, Datum key, const char *subkey);
 extern void fs_track_release(FsRelRole *role, const FsClaimEntry *entry, bool released,
 							 int64 held_usecs);
 extern void fs_delta_add(FsQueue *queue, const char *tenant, const char *subkey, int64 rows,
@@ -792,7 +794,8 @@ extern void fs_leaves_forget(FsFairQueue *fq, uint32 queue_id);
 extern void fs_subkey_weights_load(FsFairDesc *desc, HTAB **weights, uint32 *generation);
 extern void fs_plan_leaves_init(FsPlan *plan, FsFairDesc *desc, int32 want);
 extern void fs_plan_leaves_lock(FsPlan *plan);
-extern FsLeaf *fs_plan_leaf_choose(FsPlan *plan, FsTenant *entry, TimestampTz now, bool *blocked);
+extern FsLeaf *fs_plan_leaf_choose(FsPlan *plan, FsTenant *entry, int64 tenant_ready,
+								   TimestampTz now, bool *blocked);
 extern void fs_plan_leaf_pick(FsPlan *plan, FsLeaf *leaf, int tenant_index, float8 est_cost);
 extern void fs_plan_leaves_unlock(FsPlan *plan);
 extern bool fs_leaves_snapshot(FsFairQueue *fq, uint32 queue_id, FsLeafCountAt *at,

@@ -292,8 +292,8 @@ fs_plan_floors(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 			break;
 		if (plan->leaves)
 		{
-			leaf = fs_plan_leaf_choose(plan, fs_heap_at(fq, candidates[best])->tenant, now,
-									   &blocked);
+			leaf = fs_plan_leaf_choose(plan, fs_heap_at(fq, candidates[best])->tenant,
+									   bestv.ready, now, &blocked);
 			if (blocked)
 			{
 				candidates[best] = -1;
@@ -383,7 +383,7 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 
 		fs_tenant_view(entry, &v, now);
 		if (v.ready > 0 && plan->leaves)
-			leaf = fs_plan_leaf_choose(plan, entry, now, &blocked);
+			leaf = fs_plan_leaf_choose(plan, entry, v.ready, now, &blocked);
 		if (v.ready <= 0 || blocked || fs_plan_skips_dry(plan, top, &v, now) ||
 			v.slots + planned >= fs_plan_ceiling(&plan->cap, &v) ||
 			!fs_view_can_pay(&v, planned + 1, plan->budget_cost))

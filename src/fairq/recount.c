@@ -199,7 +199,8 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 	LWLockRelease(fq->lock);
 	FS_FAULT_POINT("recount_count");
 	*at_p = palloc(sizeof(FsCountAt) * capacity);
-	leaves->at = palloc(sizeof(FsLeafCountAt) * leaves->capacity);
+	leaves->at = MemoryContextAllocHuge(CurrentMemoryContext,
+										sizeof(FsLeafCountAt) * leaves->capacity);
 
 	while (fs_commit_barrier_close(fq))
 	{
@@ -237,7 +238,7 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 			fs_commit_barrier_open(fq);
 			UnregisterSnapshot(snapshot);
 			leaves->capacity = needed * 2 + 64;
-			leaves->at = repalloc(leaves->at, sizeof(FsLeafCountAt) * leaves->capacity);
+			leaves->at = repalloc_huge(leaves->at, sizeof(FsLeafCountAt) * leaves->capacity);
 			continue;
 		}
 		*forget_gen = fq->forget_gen;
@@ -320,7 +321,8 @@ fs_recount_read(int64 *without, FsLeafRecount *leaves)
 						 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	if (leaves != NULL)
 	{
-		leaves->counts = palloc(sizeof(FsLeafCount) * Max(SPI_processed, 1));
+		leaves->counts = MemoryContextAllocHuge(CurrentMemoryContext,
+												sizeof(FsLeafCount) * Max(SPI_processed, 1));
 		leaves->ncounts = 0;
 	}
 	for (r = 0; r < SPI_processed; r++)
@@ -546,6 +548,14 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		fs_leaves_recounted(fq, desc->queue->queue_id, leaves->counts, leaves->ncounts,
 							leaves->at, leaves->nat);
 		fs_leaves_settle_all(fq, desc->queue->queue_id);
+	}
+	else
+	{
+		/*
+		 * Registered without a subkey now: leaves that transactions of its
+		 * former registration made after it was forgotten go.
+		 */
+		fs_leaves_forget(fq, desc->queue->queue_id);
 	}
 	fs_fair_set_outside(fq, without, untracked);
 	fq->last_resync_at = GetCurrentTimestamp();

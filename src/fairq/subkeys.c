@@ -65,6 +65,8 @@ typedef struct FsLeafShared
 static FsLeafShared *fs_leaf_shared = NULL;
 static HTAB *fs_leaf_hash = NULL;
 
+static bool fs_leaf_evict_one(void);
+
 /* ----------------------------------------------------------------
  * Shared memory
  * ----------------------------------------------------------------
@@ -213,12 +215,20 @@ fs_leaf_enter(FsFairQueue *fq, uint32 queue_id, const char *tenant, const char *
 		return leaf;
 	fs_leaf_key(&key, queue_id, tenant, "");
 	order = hash_search(fs_leaf_hash, &key, HASH_ENTER_NULL, &found);
+	if (order == NULL && fs_leaf_evict_one())
+		order = hash_search(fs_leaf_hash, &key, HASH_ENTER_NULL, &found);
 	if (order == NULL)
 		return NULL;
 	if (!found)
 		fs_leaf_init(order, NULL);
 	fs_leaf_key(&key, queue_id, tenant, subkey);
 	leaf = hash_search(fs_leaf_hash, &key, HASH_ENTER_NULL, &found);
+	/*
+	 * Make room, but never by removing this tenant's last leaf: its entry,
+	 * `order`, would go with it.
+	 */
+	if (leaf == NULL && (order->nleaves > 1 || order->nleaves == 0) && fs_leaf_evict_one())
+		leaf = hash_search(fs_leaf_hash, &key, HASH_ENTER_NULL, &found);
 	if (leaf == NULL)
 	{
 		if (order->nleaves == 0)
@@ -229,6 +239,14 @@ fs_leaf_enter(FsFairQueue *fq, uint32 queue_id, const char *tenant, const char *
 	order->nleaves++;
 	fq->nleaves++;
 	return leaf;
+}
+
+/* `rows` more (or fewer) ready rows of `leaf`, and of its tenant's leaves. */
+static inline void
+fs_leaf_add_rows(FsLeaf *leaf, int64 rows)
+{
+	leaf->ready_rows += rows;
+	leaf->order->ready_rows += rows;
 }
 
 /* Into its tenant's order, if it has rows and is not there. */
@@ -260,21 +278,75 @@ fs_leaf_dequeue(FsLeaf *leaf)
 }
 
 /*
- * A leaf without rows leaves the table, and its tenant's entry with its
- * last leaf; not while the queue is being recounted (the recount adjusts
- * the leaves it saw by what they were off, as it does tenants).
+ * Is `leaf` idle and owed nothing: no rows, out of its tenant's order, and
+ * its tag not ahead of the tenant's virtual time (a leaf served last keeps
+ * its tag while it is ahead, as an idle tenant keeps its own: one that
+ * drained and came back at once would otherwise start before the sub-keys
+ * that waited, every time).
+ */
+static inline bool
+fs_leaf_spent(const FsLeaf *leaf)
+{
+	return leaf->ready_rows == 0 && !leaf->queued &&
+		leaf->virtual_finish <= leaf->order->vtime;
+}
+
+/* Remove `leaf` from the table, and its tenant's entry with its last leaf. */
+static void
+fs_leaf_remove(FsFairQueue *fq, FsLeaf *leaf)
+{
+	FsLeaf	   *order = leaf->order;
+
+	hash_search(fs_leaf_hash, &leaf->key, HASH_REMOVE, NULL);
+	if (fq != NULL)
+		fq->nleaves--;
+	if (--order->nleaves == 0)
+		hash_search(fs_leaf_hash, &order->key, HASH_REMOVE, NULL);
+}
+
+/*
+ * A spent leaf leaves the table; not while the queue is being recounted
+ * (the recount adjusts the leaves it saw by what they were off, as it does
+ * tenants).
  */
 static void
 fs_leaf_drop_if_idle(FsFairQueue *fq, FsLeaf *leaf)
 {
-	FsLeaf	   *order = leaf->order;
-
-	if (leaf->ready_rows != 0 || leaf->queued || fq->resyncing)
+	if (fq->resyncing || !fs_leaf_spent(leaf))
 		return;
-	hash_search(fs_leaf_hash, &leaf->key, HASH_REMOVE, NULL);
-	fq->nleaves--;
-	if (--order->nleaves == 0)
-		hash_search(fs_leaf_hash, &order->key, HASH_REMOVE, NULL);
+	fs_leaf_remove(fq, leaf);
+}
+
+/*
+ * The table is full: make room by removing one leaf without rows (of any
+ * queue whose recount is not running), spent ones first, else one still
+ * ahead of its tenant (which then loses that lead).  False if every entry
+ * has rows.  Scans the table: only when it is full.
+ */
+static bool
+fs_leaf_evict_one(void)
+{
+	HASH_SEQ_STATUS seq;
+	FsLeaf	   *leaf;
+	FsLeaf	   *victim = NULL;
+
+	hash_seq_init(&seq, fs_leaf_hash);
+	while ((leaf = hash_seq_search(&seq)) != NULL)
+	{
+		if (leaf->key.subkey[0] == '\0' || leaf->ready_rows != 0 || leaf->queued ||
+			fs_fair->queues[leaf->key.queue_id].resyncing)
+			continue;
+		victim = leaf;
+		if (fs_leaf_spent(leaf))
+		{
+			hash_seq_term(&seq);
+			break;
+		}
+	}
+	if (victim == NULL)
+		return false;
+	fs_leaf_remove(&fs_fair->queues[victim->key.queue_id], victim);
+	return true;
 }
 
 /* ----------------------------------------------------------------
@@ -306,7 +378,7 @@ fs_leaf_apply(FsQueue *queue, const char *tenant, const char *subkey, const FsTe
 	if (leaf != NULL)
 	{
 		fs_leaf_dequeue(leaf);
-		leaf->ready_rows += rows;
+		fs_leaf_add_rows(leaf, rows);
 		if (c->rows > 0)
 			leaf->dry_until = 0;
 		if (FullTransactionIdIsValid(c->adder) &&
@@ -404,7 +476,13 @@ fs_subkey_weights_load(FsFairDesc *desc, HTAB **weights, uint32 *generation)
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for fs_subkey_weights: %s",
 			 SPI_result_code_string(SPI_result));
+	/*
+	 * The latest snapshot, blind to this transaction's own changes (as the
+	 * limits are read): what it caches is shared through the leaves, so it
+	 * must be what is committed.
+	 */
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	snapshot->curcid = FirstCommandId;
 	ret = SPI_execute_snapshot(plan, &arg, NULL, snapshot, InvalidSnapshot, true, false, 0);
 	UnregisterSnapshot(snapshot);
 	SPI_freeplan(plan);
@@ -525,12 +603,15 @@ fs_plan_leaf(FsPlan *plan, FsLeaf *leaf, bool create)
  * The leaf the next row of `entry` comes from: the first of its tenant's
  * order that this claim does not pass over (short earlier in it, or dry
  * while the plan skips dry ones), the others set aside until the plan ends.
- * NULL with *blocked false: the tenant has no counted leaf with rows (its
- * rows are taken as a whole); NULL with *blocked true: none of its leaves
- * can be served now, and neither can the tenant.
+ * NULL with *blocked false: the tenant has no leaf to serve now but has
+ * rows no leaf counts (`tenant_ready`, its count, is above the sum of its
+ * leaves': the table had no room, or a commit's change of the tenant came
+ * before its leaf's), taken as a whole; NULL with *blocked true: none of
+ * its leaves can be served now, and neither can the tenant.
  */
 FsLeaf *
-fs_plan_leaf_choose(FsPlan *plan, FsTenant *entry, TimestampTz now, bool *blocked)
+fs_plan_leaf_choose(FsPlan *plan, FsTenant *entry, int64 tenant_ready, TimestampTz now,
+					bool *blocked)
 {
 	FsLeaf	   *order = fs_leaf_find(entry->key.queue_id, entry->key.tenant, "");
 	pairingheap heap;
@@ -561,7 +642,9 @@ fs_plan_leaf_choose(FsPlan *plan, FsTenant *entry, TimestampTz now, bool *blocke
 			plan->skipped_dry = true;
 	}
 	fs_order_close(order, &heap);
-	if (leaf == NULL && (set_aside || order->root != NULL))
+	if (leaf == NULL && tenant_ready > order->ready_rows)
+		*blocked = false;		/* rows no leaf counts: the tenant's as a whole */
+	else if (leaf == NULL && (set_aside || order->root != NULL))
 		*blocked = true;
 	else if (leaf == NULL)
 	{
@@ -607,7 +690,7 @@ fs_plan_leaf_pick(FsPlan *plan, FsLeaf *leaf, int tenant_index, float8 est_cost)
 	(void) pairingheap_remove_first(&heap);
 	leaf->queued = false;
 	leaf->virtual_finish = finish;
-	leaf->ready_rows--;
+	fs_leaf_add_rows(leaf, -1);
 	fs_order_close(order, &heap);
 	fs_leaf_enqueue(leaf);
 }
@@ -689,7 +772,7 @@ fs_leaves_recounted(FsFairQueue *fq, uint32 queue_id, const FsLeafCount *counts,
 		if (leaf == NULL || leaf->generation != at[i].generation)
 			continue;
 		fs_leaf_dequeue(leaf);
-		leaf->ready_rows -= at[i].rows;
+		fs_leaf_add_rows(leaf, -at[i].rows);
 		leaf->dry_until = 0;
 	}
 	for (i = 0; i < ncounts; i++)
@@ -699,7 +782,7 @@ fs_leaves_recounted(FsFairQueue *fq, uint32 queue_id, const FsLeafCount *counts,
 		if (leaf == NULL)
 			continue;			/* no room: counted by its tenant alone */
 		fs_leaf_dequeue(leaf);
-		leaf->ready_rows += counts[i].rows;
+		fs_leaf_add_rows(leaf, counts[i].rows);
 		leaf->dry_until = 0;
 	}
 	LWLockRelease(fs_leaf_shared->lock);
@@ -727,7 +810,7 @@ fs_leaves_settle_all(FsFairQueue *fq, uint32 queue_id)
 		if (leaf->key.queue_id != queue_id || leaf->key.subkey[0] == '\0')
 			continue;
 		fs_leaf_enqueue(leaf);
-		if (leaf->ready_rows == 0 && !leaf->queued)
+		if (fs_leaf_spent(leaf))
 		{
 			leaf->order->nleaves--;
 			hash_search(fs_leaf_hash, &leaf->key, HASH_REMOVE, NULL);
@@ -841,11 +924,8 @@ fs_fair_subkeys(PG_FUNCTION_ARGS)
 	int32		i;
 
 	desc = fs_fair_desc_arg(fcinfo, 0);
-	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to list the sub-keys of %s", desc->ready_name),
-				 errhint("fs_fair_subkeys() needs SELECT on the queue's table.")));
+	/* As fs_ready_tenants(): the counts are of every tenant's rows. */
+	fs_fair_check_counts_readable(desc, "fs_fair_subkeys", "list the sub-keys");
 	InitMaterializedSRF(fcinfo, 0);
 	fq = desc->fq;
 	if (fq == NULL || fs_leaf_hash == NULL)
@@ -868,7 +948,8 @@ fs_fair_subkeys(PG_FUNCTION_ARGS)
 		hash_seq_init(&seq, fs_leaf_hash);
 		while ((leaf = hash_seq_search(&seq)) != NULL)
 		{
-			if (leaf->key.queue_id != desc->queue->queue_id || leaf->key.subkey[0] == '\0')
+			if (leaf->key.queue_id != desc->queue->queue_id || leaf->key.subkey[0] == '\0' ||
+				leaf->ready_rows == 0)
 				continue;
 			if (n >= capacity + 16)
 			{

@@ -419,6 +419,34 @@ fs_track_row_left(FsRelRole *role, Datum key)
 }
 
 /*
+ * A row of `role` that fs_claim() claimed (and reserved) in this
+ * transaction moved, still ready, to the sub-key `subkey` of its tenant:
+ * its reservation moves with it, and a commit that finds it still ready
+ * gives it back to that leaf.  True if it was such a row (its leaves'
+ * counts then do not change: the row left the one it was reserved from,
+ * and is reserved in the other).  A move undone by a rollback to a
+ * savepoint is not undone here.
+ */
+bool
+fs_track_row_moved(FsRelRole *role, Datum key, const char *subkey)
+{
+	FsXactKey	xkey;
+	FsClaimedRow *row;
+
+	if (!fs_xact.active)
+		return false;
+	memset(&xkey, 0, sizeof(xkey));
+	fs_claim_key_make(&xkey.claim, role->queue->queue_id, key, role->key_type,
+					  role->key_len, role->key_byval);
+	xkey.type = role->key_type;
+	row = hash_search(fs_xact.claimed, &xkey, HASH_FIND, NULL);
+	if (row == NULL || !row->reserved || row->left_subid != 0)
+		return false;
+	strlcpy(row->subkey, subkey, FS_NAME_BUFLEN);
+	return true;
+}
+
+/*
  * A running row of `role` that held the claim `entry` stopped running: its
  * lease was released (`released`, held for `held_usecs`) by this
  * (sub)transaction.  Kept until it ends: a commit charges the held time and

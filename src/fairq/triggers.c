@@ -124,6 +124,23 @@ fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, con
 	fs_delta_add(role->queue, tenant, subkey, -1, 1, cost);
 }
 
+/*
+ * A ready row that moved to another sub-key of its tenant: was it one that
+ * fs_claim() claimed in this transaction (its reservation then moves with
+ * it, fs_track_row_moved())?
+ */
+static bool
+fs_ready_moved_claimed(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot,
+					   const char *subkey)
+{
+	bool		isnull;
+	Datum		key;
+
+	econtext->ecxt_scantuple = slot;
+	key = ExecEvalExprSwitchContext(role->key, econtext, &isnull);
+	return !isnull && fs_track_row_moved(role, key, subkey);
+}
+
 /* AFTER INSERT OR DELETE OR UPDATE FOR EACH ROW on a ready table. */
 Datum
 fs_fair_ready_trigger(PG_FUNCTION_ARGS)
@@ -172,7 +189,8 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 				 * another sub-key moves between its leaves only (its tenant
 				 * is not charged as for a row that left).
 				 */
-				if (strcmp(old_subkey, new_subkey) != 0 && old_tenant[0] != '\0')
+				if (strcmp(old_subkey, new_subkey) != 0 && old_tenant[0] != '\0' &&
+					!fs_ready_moved_claimed(role, rt->econtext, td->tg_trigslot, new_subkey))
 				{
 					fs_delta_add(role->queue, old_tenant, old_subkey, -1, 0, 0);
 					fs_delta_add(role->queue, new_tenant, new_subkey, 1, 0, 0);

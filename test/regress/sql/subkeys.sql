@@ -72,6 +72,28 @@ TRUNCATE sk_served;
 DELETE FROM fs_limits WHERE queue = 'sk';
 DELETE FROM fs_subkey_weights;
 
+-- A sub-key that drains and gets a row again at once keeps its tag: it
+-- does not start ahead of the sub-key that waited.  "trickle" has one row
+-- at a time (a new one comes after each of its rows is claimed), "flood"
+-- many; they alternate.
+INSERT INTO sk_jobs (tenant, sub) SELECT 'tq', 'flood' FROM generate_series(1, 50);
+CREATE PROCEDURE sk_trickle() LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1..20 LOOP
+    IF NOT EXISTS (SELECT FROM sk_jobs WHERE tenant = 'tq' AND sub = 'trickle') THEN
+      INSERT INTO sk_jobs (tenant, sub) VALUES ('tq', 'trickle');
+    END IF;
+    COMMIT;
+    PERFORM sk_drain(1, 1);
+    COMMIT;
+  END LOOP;
+END $$;
+CALL sk_trickle();
+SELECT sub, count(*) FROM sk_served GROUP BY 1 ORDER BY 1;
+DROP PROCEDURE sk_trickle();
+TRUNCATE sk_jobs;
+TRUNCATE sk_served;
+
 -- A NULL or invalid sub-key (empty, '*', over 63 bytes) is the leaf '*',
 -- served like any other.
 INSERT INTO sk_jobs (tenant, sub)
