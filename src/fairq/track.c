@@ -395,6 +395,28 @@ fs_track_truncated(const char *queue_name)
 }
 
 /*
+ * The row of `role`'s queue whose key is `key`, if fs_claim() claimed it in
+ * this transaction, took it off the count, and it is still ready; else NULL.
+ */
+static FsClaimedRow *
+fs_track_reserved_row(FsRelRole *role, Datum key)
+{
+	FsXactKey	xkey;
+	FsClaimedRow *row;
+
+	if (!fs_xact.active)
+		return NULL;
+	memset(&xkey, 0, sizeof(xkey));
+	fs_claim_key_make(&xkey.claim, role->queue->queue_id, key, role->key_type,
+					  role->key_len, role->key_byval);
+	xkey.type = role->key_type;
+	row = hash_search(fs_xact.claimed, &xkey, HASH_FIND, NULL);
+	if (row == NULL || !row->reserved || row->left_subid != 0)
+		return NULL;
+	return row;
+}
+
+/*
  * A ready row of `role`'s queue whose key is `key` leaves the ready state:
  * true if fs_claim() claimed it in this transaction (its count was taken
  * off then, and is not again), and it is marked as gone.
@@ -402,17 +424,9 @@ fs_track_truncated(const char *queue_name)
 bool
 fs_track_row_left(FsRelRole *role, Datum key)
 {
-	FsXactKey	xkey;
-	FsClaimedRow *row;
+	FsClaimedRow *row = fs_track_reserved_row(role, key);
 
-	if (!fs_xact.active)
-		return false;
-	memset(&xkey, 0, sizeof(xkey));
-	fs_claim_key_make(&xkey.claim, role->queue->queue_id, key, role->key_type,
-					  role->key_len, role->key_byval);
-	xkey.type = role->key_type;
-	row = hash_search(fs_xact.claimed, &xkey, HASH_FIND, NULL);
-	if (row == NULL || !row->reserved || row->left_subid != 0)
+	if (row == NULL)
 		return false;
 	row->left_subid = GetCurrentSubTransactionId();
 	return true;
@@ -430,17 +444,9 @@ fs_track_row_left(FsRelRole *role, Datum key)
 bool
 fs_track_row_moved(FsRelRole *role, Datum key, const char *subkey)
 {
-	FsXactKey	xkey;
-	FsClaimedRow *row;
+	FsClaimedRow *row = fs_track_reserved_row(role, key);
 
-	if (!fs_xact.active)
-		return false;
-	memset(&xkey, 0, sizeof(xkey));
-	fs_claim_key_make(&xkey.claim, role->queue->queue_id, key, role->key_type,
-					  role->key_len, role->key_byval);
-	xkey.type = role->key_type;
-	row = hash_search(fs_xact.claimed, &xkey, HASH_FIND, NULL);
-	if (row == NULL || !row->reserved || row->left_subid != 0)
+	if (row == NULL)
 		return false;
 	strlcpy(row->subkey, subkey, FS_NAME_BUFLEN);
 	return true;
