@@ -83,7 +83,7 @@ END $$;
 CREATE PROCEDURE fl_refill(q text) LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('INSERT INTO %1$I (job_id, queue_name, priority, created_at)
-                    SELECT 1 + (SELECT max(job_id) FROM %1$I) + row_number() OVER (),
+                    SELECT (SELECT coalesce(max(job_id), 0) FROM %1$I) + row_number() OVER (),
                            t.tenant, 0, now() AT TIME ZONE ''UTC''
                       FROM fl_target t
                       LEFT JOIN (SELECT queue_name, count(*) n FROM %1$I GROUP BY 1) h
