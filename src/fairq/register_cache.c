@@ -348,7 +348,7 @@ fs_desc_prepare_leaves(FsFairDesc *desc, Oid keys_type)
 	fs_q_piece(q, &buf, "order_by", desc->order_by);
 	fs_q_sql(&buf, "    LIMIT p.fs_n      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s");
 	fs_q_end(q, &buf);
-	desc->leaf_plan = fs_prepare(desc, q, 6, leaf_types, "claim query");
+	desc->leaf_plan = fs_prepare(desc, q, 6, leaf_types, CURSOR_OPT_GENERIC_PLAN, "claim query");
 
 	q = &desc->star_q;
 	fs_q_begin(desc, q, &buf);
@@ -385,7 +385,7 @@ fs_desc_prepare_leaves(FsFairDesc *desc, Oid keys_type)
 	fs_q_piece(q, &buf, "order_by", desc->order_by);
 	fs_q_sql(&buf, "    LIMIT p.fs_n      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s");
 	fs_q_end(q, &buf);
-	desc->star_plan = fs_prepare(desc, q, 5, star_types, "claim query");
+	desc->star_plan = fs_prepare(desc, q, 5, star_types, CURSOR_OPT_GENERIC_PLAN, "claim query");
 }
 
 /*
