@@ -109,6 +109,11 @@ CREATE TABLE fj_served (job_id bigint, tenant text, enqueued_at timestamptz, cla
                         run text);
 SELECT queue FROM fs_register_queue('fj', 'fj', 'tenant', 'id',
        running_table => 'fj_running', running_key => 'job_id');
+-- The FIFO table has the same indexes: a queue table has its per-queue index
+-- whether claims use it or not, as Solid Queue's ready executions have
+-- index_solid_queue_poll_by_queue (queue_name, priority, job_id) beside
+-- index_solid_queue_poll_all (priority, job_id).
+CREATE INDEX fj_fifo_tenant ON fj_fifo (tenant, id);
 SELECT fs_set_limit('*', 'fj', max_slots => 8);
 CREATE FUNCTION fj_enqueue(tbl regclass, prefix text, tenants int, jobs int) RETURNS void
 LANGUAGE plpgsql AS $$
