@@ -454,21 +454,27 @@ fs_claim_leaves_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelect
 {
 	bool		short_of_plan = false;
 	FullTransactionId horizon = InvalidFullTransactionId;
+	FsLeafChange *changes;
 	int			i;
 
+	if (plan->nleaves == 0)
+		return false;
+	/* Made before anything changes: applying and recording cannot fail. */
+	changes = palloc(sizeof(FsLeafChange) * plan->nleaves);
 	for (i = 0; i < plan->nleaves; i++)
 	{
 		FsPlanLeaf *pl = &plan->plan_leaves[i];
-		FsPlanTenant *pt = &plan->tenants[pl->tenant];
 		int32		missing = pl->planned - pl->got;
-		FsTenantChange c;
+		FsTenantChange *c = &changes[i].change;
 
-		fs_change_init(&c, now);
-		c.rows = missing + pl->unkeyed;		/* not recounted since: give back */
-		c.resync_gen = plan->resync_gen;
-		c.tag = pl->cost_fix / pl->weight;
+		changes[i].tenant = plan->tenants[pl->tenant].name;
+		changes[i].subkey = pl->subkey;
+		fs_change_init(c, now);
+		c->rows = missing + pl->unkeyed;	/* not recounted since: give back */
+		c->resync_gen = plan->resync_gen;
+		c->tag = pl->cost_fix / pl->weight;
 		if (missing > 0)
-			c.tag -= pl->got == 0 ? pl->charge : missing * pl->est_cost / pl->weight;
+			c->tag -= pl->got == 0 ? pl->charge : missing * pl->est_cost / pl->weight;
 		if (pl->got < pl->admitted)
 		{
 			short_of_plan = true;
@@ -477,15 +483,22 @@ fs_claim_leaves_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelect
 			{
 				if (!FullTransactionIdIsValid(horizon))
 					horizon = fs_snapshot_horizon(GetActiveSnapshot());
-				c.dry = true;
-				c.dry_horizon = horizon;
+				c->dry = true;
+				c->dry_horizon = horizon;
 			}
 		}
-		fs_leaf_apply(desc->queue, pt->name, pl->subkey, &c);
-		if (c.rows != 0 || c.tag != 0)
-			fs_track_leaf_claim(desc, pt->name, pl->subkey, pl->got - pl->unkeyed - pl->planned,
-								c.tag, plan->resync_gen);
 	}
+	fs_leaf_apply_many(desc->queue, changes, plan->nleaves);
+	for (i = 0; i < plan->nleaves; i++)
+	{
+		FsPlanLeaf *pl = &plan->plan_leaves[i];
+		const FsTenantChange *c = &changes[i].change;
+
+		if (c->rows != 0 || c->tag != 0)
+			fs_track_leaf_claim(desc, changes[i].tenant, pl->subkey,
+								pl->got - pl->unkeyed - pl->planned, c->tag, plan->resync_gen);
+	}
+	pfree(changes);
 	return short_of_plan;
 }
 

@@ -389,6 +389,14 @@ typedef struct FsPlanLeaf
 	float8		cost_fix;		/* tag correction for real costs (unweighted) */
 } FsPlanLeaf;
 
+/* A change of the leaf (tenant, subkey), for fs_leaf_apply_many(). */
+typedef struct FsLeafChange
+{
+	const char *tenant;
+	const char *subkey;
+	FsTenantChange change;
+} FsLeafChange;
+
 /* A leaf's rows as a recount counted them, and as it was at its snapshot. */
 typedef struct FsLeafCount
 {
@@ -790,6 +798,7 @@ extern Size fs_leaves_shmem_size(void);
 extern void fs_leaves_shmem_init(LWLock *lock);
 extern void fs_leaf_apply(FsQueue *queue, const char *tenant, const char *subkey,
 						  const FsTenantChange *c);
+extern void fs_leaf_apply_many(FsQueue *queue, const FsLeafChange *changes, int n);
 extern void fs_leaves_forget(FsFairQueue *fq, uint32 queue_id);
 extern void fs_subkey_weights_load(FsFairDesc *desc, HTAB **weights, uint32 *generation);
 extern void fs_plan_leaves_init(FsPlan *plan, FsFairDesc *desc, int32 want);

@@ -366,17 +366,36 @@ fs_leaf_evict_one(void)
 void
 fs_leaf_apply(FsQueue *queue, const char *tenant, const char *subkey, const FsTenantChange *c)
 {
+	FsLeafChange change;
+
+	change.tenant = tenant;
+	change.subkey = subkey;
+	change.change = *c;
+	fs_leaf_apply_many(queue, &change, 1);
+}
+
+/*
+ * fs_leaf_apply() for `n` changes of leaves of `queue`, under one hold of
+ * the locks (a claim's settlement applies each of its leaves).
+ */
+void
+fs_leaf_apply_many(FsQueue *queue, const FsLeafChange *changes, int n)
+{
 	FsFairQueue *fq = fs_fair_queue(queue);
-	FsLeaf	   *leaf;
-	int64		rows;
+	int			i;
 
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 	LWLockAcquire(fs_leaf_shared->lock, LW_EXCLUSIVE);
-	rows = fq->resync_gen == c->resync_gen ? c->rows : c->rows_recounted;
-	leaf = rows > 0 ? fs_leaf_enter(fq, queue->queue_id, tenant, subkey) :
-		fs_leaf_find(queue->queue_id, tenant, subkey);
-	if (leaf != NULL)
+	for (i = 0; i < n; i++)
 	{
+		const FsTenantChange *c = &changes[i].change;
+		int64		rows = fq->resync_gen == c->resync_gen ? c->rows : c->rows_recounted;
+		FsLeaf	   *leaf;
+
+		leaf = rows > 0 ? fs_leaf_enter(fq, queue->queue_id, changes[i].tenant, changes[i].subkey) :
+			fs_leaf_find(queue->queue_id, changes[i].tenant, changes[i].subkey);
+		if (leaf == NULL)
+			continue;
 		fs_leaf_dequeue(leaf);
 		fs_leaf_add_rows(leaf, rows);
 		if (c->rows > 0)
