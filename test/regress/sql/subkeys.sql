@@ -67,6 +67,19 @@ SELECT tenant, sub, count(*) AS served,
            CASE WHEN tenant = 'small' OR sub = 'iron' THEN 1/6.0 ELSE 1/2.0 END - 1) < 0.05 AS within_5pct
   FROM sk_served GROUP BY 1, 2 ORDER BY 1, 2;
 SELECT tenant, subkey, weight FROM fs_fair_subkeys('sk') ORDER BY 1, 2;
+-- A change of a weight applies when it commits, for everyone; a claim in
+-- the changing transaction still uses the committed one, and a change
+-- rolled back applies nowhere.
+BEGIN;
+UPDATE fs_subkey_weights SET weight = 5 WHERE tenant = 'big' AND subkey = 'gold';
+SELECT count(*) AS claimed FROM fs_claim('sk', NULL::sk_jobs, 4);
+SELECT subkey, weight FROM fs_fair_subkeys('sk') WHERE tenant = 'big' ORDER BY 1;
+ROLLBACK;
+SELECT count(*) AS claimed FROM fs_claim('sk', NULL::sk_jobs, 4);
+SELECT subkey, weight FROM fs_fair_subkeys('sk') WHERE tenant = 'big' ORDER BY 1;
+UPDATE fs_subkey_weights SET weight = 1 WHERE tenant = 'big' AND subkey = 'gold';
+SELECT count(*) AS claimed FROM fs_claim('sk', NULL::sk_jobs, 4);
+SELECT subkey, weight FROM fs_fair_subkeys('sk') WHERE tenant = 'big' ORDER BY 1;
 TRUNCATE sk_jobs;
 TRUNCATE sk_served;
 DELETE FROM fs_limits WHERE queue = 'sk';
