@@ -373,6 +373,19 @@ fs_apply_own_claims(TimestampTz now)
 	}
 }
 
+/* A committed delta's change of its leaf (subkeys.c). */
+static void
+fs_commit_leaf_delta(const FsDelta *delta)
+{
+	FsTenantChange c;
+
+	fs_change_init(&c, 0);
+	c.rows = c.rows_recounted = delta->rows;
+	c.resync_gen = fs_fair_queue(delta->queue)->resync_gen;
+	c.adder = fs_delta_adder(delta);
+	fs_leaf_apply(delta->queue, delta->key.tenant, delta->key.subkey, &c);
+}
+
 /* After commit: publish everything.  Nothing here may fail. */
 static void
 fs_commit(void)
@@ -390,24 +403,24 @@ fs_commit(void)
 		while ((delta = hash_seq_search(&seq)) != NULL)
 		{
 			/*
-			 * A queue with a subkey: the leaf's rows too (subkeys.c), before
-			 * its tenant's, so that a claim never sees the tenant's new rows
-			 * without its leaf's (it would take them as rows no leaf counts).
+			 * A queue with a subkey: the leaf's rows too (subkeys.c).  Rows
+			 * added reach the leaf before the tenant, rows taken the tenant
+			 * before the leaf, so that a claim never sees the tenant with
+			 * more rows than its leaves count (it would take them as rows
+			 * no leaf counts).
 			 */
-			if (delta->key.tenant[0] != '\0' && delta->key.subkey[0] != '\0' &&
-				(delta->rows != 0 || delta->added))
-			{
-				fs_change_init(&c, 0);
-				c.rows = c.rows_recounted = delta->rows;
-				c.resync_gen = fs_fair_queue(delta->queue)->resync_gen;
-				c.adder = fs_delta_adder(delta);
-				fs_leaf_apply(delta->queue, delta->key.tenant, delta->key.subkey, &c);
-			}
+			bool		leaf = delta->key.tenant[0] != '\0' && delta->key.subkey[0] != '\0' &&
+				(delta->rows != 0 || delta->added);
+
+			if (leaf && delta->rows > 0)
+				fs_commit_leaf_delta(delta);
 			if (delta->key.tenant[0] == '\0')
 				fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
 			else if (delta->leaves == 0 && (delta->rows != 0 || delta->added))
 				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0,
 									  fs_delta_adder(delta));
+			if (leaf && delta->rows <= 0)
+				fs_commit_leaf_delta(delta);
 		}
 		fs_apply_own_claims(fs_commit_now(&now));
 	}
@@ -447,10 +460,12 @@ fs_commit(void)
 				c.cost = -row->cost;
 				c.served = -row->cost;
 			}
-			/* Its leaf first, as above. */
-			if (row->subkey[0] != '\0')
+			/* Its leaf first when a row comes back, after when one goes, as above. */
+			if (row->subkey[0] != '\0' && c.rows > 0)
 				fs_leaf_apply(row->queue, row->tenant, row->subkey, &c);
 			fs_fair_change(row->queue, row->tenant, false, &c);
+			if (row->subkey[0] != '\0' && c.rows <= 0)
+				fs_leaf_apply(row->queue, row->tenant, row->subkey, &c);
 		}
 	}
 

@@ -144,6 +144,8 @@ typedef struct FsWait
 	float8		tenant_rate;
 } FsWait;
 
+static bool fs_explain_after(TimestampTz now, float8 seconds, TimestampTz *at);
+
 /* Set column `col` of the answer. */
 static inline void
 fs_wait_set(FsWait *w, int col, Datum value)
@@ -188,6 +190,8 @@ fs_explain_run(FsFairDesc *desc, FsQueryText *q, int nargs, Oid *types, Datum *v
 		int			ret;
 
 		ret = SPI_execute_with_args(q->sql, nargs, types, values, NULL, true, 1);
+		/* SPI leaves its own context current: what is made next is ours. */
+		MemoryContextSwitchTo(cxt);
 		fs_search_path_end(nest);
 		if (ret != SPI_OK_SELECT)
 			ereport(ERROR,
@@ -543,7 +547,12 @@ fs_explain_place(FsFairDesc *desc, FsWait *w, TimestampTz now)
 		if (w->in_order && fs_wait_item_before(it, &mine))
 			w->tenants_ahead++;
 		if (its_start < start)
-			before = (int64) ceil((start - its_start) / unit);
+		{
+			/* Compared as a double: the count may be past any int64. */
+			float8		steps = ceil((start - its_start) / unit);
+
+			before = !(steps < (float8) it->ready) ? it->ready : (int64) steps;
+		}
 		else if (its_start == start && it->name_cmp < 0)
 			before = 1;
 		w->rows_ahead += Min(before, it->ready);
@@ -653,7 +662,8 @@ fs_explain_capacity(FsFairDesc *desc, FsWait *w, TimestampTz now)
 							 w->cap.share_threads * w->limits.throttle,
 							 w->reason == FS_WAIT_THROTTLED ? ", lowered by its throttle_pct" : "");
 	}
-	else if (!fs_view_can_pay(&w->view, Max(w->tenant_rows_ahead, 0) + 1, w->tokens_per_row))
+	else if (w->limits.budget_ms_per_minute >= 0 &&
+			 !fs_view_can_pay(&w->view, Max(w->tenant_rows_ahead, 0) + 1, w->tokens_per_row))
 	{
 		w->reason = FS_WAIT_NO_BUDGET;
 		appendStringInfo(&w->detail, "tenant \"%s\" has %s ms of tokens, and a row takes %s ms",
@@ -725,6 +735,7 @@ fs_explain_capacity(FsFairDesc *desc, FsWait *w, TimestampTz now)
 static void
 fs_explain_estimate(FsWait *w, TimestampTz now)
 {
+	TimestampTz at;
 	float8		seconds = 0;
 	float8		budget;
 
@@ -768,8 +779,23 @@ fs_explain_estimate(FsWait *w, TimestampTz now)
 		default:
 			return;
 	}
-	fs_wait_set(w, FS_W_ESTIMATED_START,
-				TimestampTzGetDatum(now + (TimestampTz) llround(seconds * USECS_PER_SEC)));
+	if (fs_explain_after(now, seconds, &at))
+		fs_wait_set(w, FS_W_ESTIMATED_START, TimestampTzGetDatum(at));
+}
+
+/*
+ * `now` + `seconds` in *at; false when that is no time a timestamptz holds
+ * (not finite, negative, or past the end of time: a rate near zero).
+ */
+static bool
+fs_explain_after(TimestampTz now, float8 seconds, TimestampTz *at)
+{
+	float8		usecs = seconds * USECS_PER_SEC;
+
+	if (isnan(usecs) || usecs < 0 || usecs >= (float8) (END_TIMESTAMP - now))
+		return false;
+	*at = now + (TimestampTz) llround(usecs);
+	return true;
 }
 
 /* The figures of the tenant that every answer about a tracked tenant has. */
@@ -785,13 +811,14 @@ fs_explain_figures(FsWait *w, TimestampTz now)
 		fs_wait_set(w, FS_W_SLOT_CEILING, Int32GetDatum(w->ceiling));
 	fs_wait_set(w, FS_W_LIVE_THREADS, Int32GetDatum(w->cap.live_threads));
 	fs_wait_set(w, FS_W_THROTTLE_PCT, Float8GetDatum(w->limits.throttle * 100.0));
-	if (!isinf(w->view.balance))
+	if (!isinf(w->view.balance) && w->limits.budget_ms_per_minute >= 0)
 	{
+		TimestampTz at;
+
 		fs_wait_set(w, FS_W_TOKEN_BALANCE, Float8GetDatum(w->view.balance));
 		wait = fs_explain_budget_wait(w);
-		if (wait >= 0)
-			fs_wait_set(w, FS_W_BUDGET_READY_AT,
-						TimestampTzGetDatum(now + (TimestampTz) llround(wait * USECS_PER_SEC)));
+		if (wait >= 0 && fs_explain_after(now, wait, &at))
+			fs_wait_set(w, FS_W_BUDGET_READY_AT, TimestampTzGetDatum(at));
 	}
 	fs_wait_set(w, FS_W_TOKENS_PER_ROW, Float8GetDatum(w->tokens_per_row));
 }

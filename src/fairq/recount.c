@@ -539,15 +539,16 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		}
 		LWLockRelease(fq->lock);
 	}
-	fq->resyncing = false;
-	fq->resync_pid = 0;
-	fq->synced = true;
 	if (desc->subkey != NULL)
 	{
-		/* The leaves, adjusted as tenants are, while the lock is held. */
+		/*
+		 * The leaves, adjusted as tenants are, while the lock is held and
+		 * the queue is still marked as being recounted (no leaf of it is
+		 * removed to make room meanwhile); then each back in its order, or
+		 * out of the table without rows.
+		 */
 		fs_leaves_recounted(fq, desc->queue->queue_id, leaves->counts, leaves->ncounts,
 							leaves->at, leaves->nat);
-		fs_leaves_settle_all(fq, desc->queue->queue_id);
 	}
 	else
 	{
@@ -557,6 +558,11 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 		 */
 		fs_leaves_forget(fq, desc->queue->queue_id);
 	}
+	fq->resyncing = false;
+	fq->resync_pid = 0;
+	fq->synced = true;
+	if (desc->subkey != NULL)
+		fs_leaves_settle_all(fq, desc->queue->queue_id);
 	fs_fair_set_outside(fq, without, untracked);
 	fq->last_resync_at = GetCurrentTimestamp();
 	FS_FAIR_COUNT(fq, resyncs, 1);

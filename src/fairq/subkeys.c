@@ -20,9 +20,10 @@
  * entry, sub-key "", that holds its heap and its virtual time.
  *
  * LOCKING.  The table and every field of every entry are under the leaf
- * lock, taken EXCLUSIVE, always after the queue's fair-order lock (fq->lock,
- * core/shmem.c rule 8) and before no other lock but a tenant's spinlock.
- * Nothing under it allocates, does I/O or can fail.
+ * lock: EXCLUSIVE to change anything, SHARED to read; always taken after
+ * the queue's fair-order lock (fq->lock, core/shmem.c rule 8) and before no
+ * other lock but a tenant's spinlock.  Nothing under it allocates, does I/O
+ * or can fail.
  *
  * COUNTS.  A leaf's backlog changes where its tenant's does, by the same
  * rules (order.c): commits add and take rows (fs_leaf_apply()), claims
@@ -65,7 +66,7 @@ typedef struct FsLeafShared
 static FsLeafShared *fs_leaf_shared = NULL;
 static HTAB *fs_leaf_hash = NULL;
 
-static bool fs_leaf_evict_one(void);
+static bool fs_leaf_evict_one(const FsLeaf *keep);
 
 /* ----------------------------------------------------------------
  * Shared memory
@@ -215,7 +216,7 @@ fs_leaf_enter(FsFairQueue *fq, uint32 queue_id, const char *tenant, const char *
 		return leaf;
 	fs_leaf_key(&key, queue_id, tenant, "");
 	order = hash_search(fs_leaf_hash, &key, HASH_ENTER_NULL, &found);
-	if (order == NULL && fs_leaf_evict_one())
+	if (order == NULL && fs_leaf_evict_one(NULL))
 		order = hash_search(fs_leaf_hash, &key, HASH_ENTER_NULL, &found);
 	if (order == NULL)
 		return NULL;
@@ -223,11 +224,8 @@ fs_leaf_enter(FsFairQueue *fq, uint32 queue_id, const char *tenant, const char *
 		fs_leaf_init(order, NULL);
 	fs_leaf_key(&key, queue_id, tenant, subkey);
 	leaf = hash_search(fs_leaf_hash, &key, HASH_ENTER_NULL, &found);
-	/*
-	 * Make room, but never by removing this tenant's last leaf: its entry,
-	 * `order`, would go with it.
-	 */
-	if (leaf == NULL && (order->nleaves > 1 || order->nleaves == 0) && fs_leaf_evict_one())
+	/* Make room, but never by removing `order` with this tenant's last leaf. */
+	if (leaf == NULL && fs_leaf_evict_one(order))
 		leaf = hash_search(fs_leaf_hash, &key, HASH_ENTER_NULL, &found);
 	if (leaf == NULL)
 	{
@@ -320,11 +318,12 @@ fs_leaf_drop_if_idle(FsFairQueue *fq, FsLeaf *leaf)
 /*
  * The table is full: make room by removing one leaf without rows (of any
  * queue whose recount is not running), spent ones first, else one still
- * ahead of its tenant (which then loses that lead).  False if every entry
- * has rows.  Scans the table: only when it is full.
+ * ahead of its tenant (which then loses that lead); never the last leaf of
+ * the tenant entry `keep`, which the caller holds (its entry would go with
+ * it).  False if there is none.  Scans the table: only when it is full.
  */
 static bool
-fs_leaf_evict_one(void)
+fs_leaf_evict_one(const FsLeaf *keep)
 {
 	HASH_SEQ_STATUS seq;
 	FsLeaf	   *leaf;
@@ -334,7 +333,8 @@ fs_leaf_evict_one(void)
 	while ((leaf = hash_seq_search(&seq)) != NULL)
 	{
 		if (leaf->key.subkey[0] == '\0' || leaf->ready_rows != 0 || leaf->queued ||
-			fs_fair->queues[leaf->key.queue_id].resyncing)
+			fs_fair->queues[leaf->key.queue_id].resyncing ||
+			(leaf->order == keep && keep->nleaves <= 1))
 			continue;
 		victim = leaf;
 		if (fs_leaf_spent(leaf))
@@ -751,7 +751,7 @@ fs_leaves_snapshot(FsFairQueue *fq, uint32 queue_id, FsLeafCountAt *at, int32 ca
 		return false;
 	if (fq->nleaves == 0)
 		return true;
-	LWLockAcquire(fs_leaf_shared->lock, LW_EXCLUSIVE);
+	LWLockAcquire(fs_leaf_shared->lock, LW_SHARED);
 	hash_seq_init(&seq, fs_leaf_hash);
 	while ((leaf = hash_seq_search(&seq)) != NULL)
 	{
@@ -863,7 +863,7 @@ fs_leaf_rows_ahead(FsQueue *queue, const char *tenant, const char *subkey, int64
 	if (fs_leaf_hash == NULL || !(cost > 0))
 		return -1;
 	LWLockAcquire(fq->lock, LW_SHARED);
-	LWLockAcquire(fs_leaf_shared->lock, LW_EXCLUSIVE);
+	LWLockAcquire(fs_leaf_shared->lock, LW_SHARED);
 	leaf = fs_leaf_find(queue->queue_id, tenant, subkey);
 	if (leaf != NULL)
 	{
@@ -963,7 +963,7 @@ fs_fair_subkeys(PG_FUNCTION_ARGS)
 			pfree(rows);
 			continue;
 		}
-		LWLockAcquire(fs_leaf_shared->lock, LW_EXCLUSIVE);
+		LWLockAcquire(fs_leaf_shared->lock, LW_SHARED);
 		hash_seq_init(&seq, fs_leaf_hash);
 		while ((leaf = hash_seq_search(&seq)) != NULL)
 		{
