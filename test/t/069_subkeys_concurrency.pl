@@ -5,7 +5,8 @@
 # one spreads its rows over 1,000 sub-keys, one keeps a single sub-key, one
 # has two sub-keys weighted 3 to 1.  Afterwards, from the claim log: each
 # tenant got a third of the rows (within 5%), and inside the weighted one
-# the sub-keys got 3 to 1 (within 5%); no row was claimed twice; and the
+# the sub-keys got 3 to 1 (within 5%), and the splitter's 1,000 sub-keys took
+# turns (within 4 rows of each other); no row was claimed twice; and the
 # sub-keys' counts in shared memory equal the table's, then drain to none.
 use strict;
 use warnings;
@@ -110,7 +111,7 @@ my $spread = $q->(q{
 	SELECT count(*) || ' ' || min(c) || ' ' || max(c)
 	  FROM (SELECT sub, count(*) AS c FROM claimed WHERE tenant = 'splitter' AND sub ~ '^key[0-9]{1,3}$' GROUP BY 1) s});
 my ($nkeys, $min, $max) = split / /, $spread;
-ok($nkeys == 1000 && $max - $min <= 3, "the splitter's sub-keys took turns ($nkeys keys, $min to $max rows each)");
+ok($nkeys == 1000 && $max - $min <= 4, "the splitter's sub-keys took turns ($nkeys keys, $min to $max rows each)");
 
 # What is left counts exactly, per sub-key, then drains.
 is($q->(q{
