@@ -22,6 +22,7 @@
 #include "core/common.h"
 #include "core/decisions.h"
 #include "core/lockstats.h"
+#include "core/prepared.h"
 #include "core/shmem.h"
 #include "fairq/fairqueue.h"
 #include "gate/gate.h"
@@ -48,6 +49,7 @@ fs_shmem_request(void)
 		prev_shmem_request_hook();
 
 	fs_core_shmem_request();
+	fs_prepared_shmem_request();
 	fs_decisions_shmem_request();
 	fs_lockstats_shmem_request();
 	fs_slots_shmem_request();
@@ -74,6 +76,7 @@ fs_shmem_startup(void)
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	found = fs_core_shmem_init();
+	fs_prepared_shmem_init();
 	fs_slots_shmem_init();
 	fs_gate_shmem_init();
 	fs_decisions_shmem_init();
@@ -100,6 +103,7 @@ _PG_init(void)
 		return;
 
 	fs_common_init();
+	fs_prepared_init();
 	fs_gate_init();
 	fs_decisions_init();
 	fs_tiers_init();

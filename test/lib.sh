@@ -101,7 +101,7 @@ fs_build_install() {
 			cp -a "/usr/lib/postgresql/$PG_MAJOR" "$FS_STAGE/usr/lib/postgresql/"
 			cp -a "/usr/share/postgresql/$PG_MAJOR" "$FS_STAGE/usr/share/postgresql/"
 		fi
-		# Extensions installed since the copy was made (pg_auto_failover's).
+		# Extensions installed since the copy was made (pg_auto_failover's, Citus).
 		cp -an "/usr/lib/postgresql/$PG_MAJOR/lib/." "$FS_STAGE/usr/lib/postgresql/$PG_MAJOR/lib/"
 		cp -an "/usr/share/postgresql/$PG_MAJOR/extension/." \
 			"$FS_STAGE/usr/share/postgresql/$PG_MAJOR/extension/"
@@ -115,6 +115,18 @@ fs_build_install() {
 			return 1
 	fi
 	fs_pg_paths
+}
+
+# Citus, for the scale-out tests: built from the vendored source
+# ($FS_CITUS_VENDOR, default ../shared/vendor/citus beside the checkout) and
+# installed into the system PostgreSQL, at low priority, when it is not
+# there; the build's own stamp makes a second call a no-op.  Call it before
+# fs_build_install, which copies it into a private installation.
+FS_CITUS_VENDOR="${FS_CITUS_VENDOR:-$FS_ROOT/../shared/vendor/citus}"
+fs_citus_install() {
+	[ -x "$FS_CITUS_VENDOR/build.sh" ] || { echo "no Citus source at $FS_CITUS_VENDOR" >&2; return 1; }
+	fs_log "Citus: building and installing it when it is missing"
+	fs_as_root env JOBS="$(nproc)" nice -n 19 "$FS_CITUS_VENDOR/build.sh" >&2
 }
 
 # Make a work directory owned by postgres; prints its path.  A copy of the

@@ -39,6 +39,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "core/prepared.h"
 #include "core/subxact.h"
 #include "limits/limits.h"
 
@@ -58,9 +59,23 @@ static Oid	resolve_plan_extension = InvalidOid;
 static bool resolve_plan_queue_defaults = false;
 
 /*
- * Transaction end: a commit that changed fs_limits publishes the change (the
- * limits generation goes up, and every cached limit loads again); an abort
- * publishes nothing; a transaction that changed it cannot be prepared.
+ * Publish a committed change of fs_limits: the limits generation goes up,
+ * and every cached limit loads again before its next decision.
+ */
+static void
+fs_limits_publish(void)
+{
+	if (fs_shared == NULL)
+		return;
+	/* Generation 0 means "never loaded": skip it on wraparound. */
+	if (pg_atomic_add_fetch_u32(&fs_shared->limits_generation, 1) == 0)
+		pg_atomic_add_fetch_u32(&fs_shared->limits_generation, 1);
+}
+
+/*
+ * Transaction end: a commit that changed fs_limits publishes the change; an
+ * abort publishes nothing; a prepared one publishes it when COMMIT PREPARED
+ * commits it.
  */
 static void
 fs_limits_xact_callback(XactEvent event, void *arg pg_attribute_unused())
@@ -68,22 +83,16 @@ fs_limits_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
-			/* COMMIT PREPARED runs no callback of ours: it could not publish. */
+			/* COMMIT PREPARED publishes it (core/prepared.c). */
 			if (limits_changed_in_xact)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot prepare a transaction that changed fs_limits"),
-						 errhint("Change fs_limits outside the prepared transaction.")));
+				fs_prepared_note(FS_PREPARED_LIMITS);
 			break;
 		case XACT_EVENT_COMMIT:
-			if (limits_changed_in_xact && fs_shared != NULL)
-			{
-				/* Generation 0 means "never loaded": skip it on wraparound. */
-				if (pg_atomic_add_fetch_u32(&fs_shared->limits_generation, 1) == 0)
-					pg_atomic_add_fetch_u32(&fs_shared->limits_generation, 1);
-			}
+			if (limits_changed_in_xact)
+				fs_limits_publish();
 			limits_changed_in_xact = false;
 			break;
+		case XACT_EVENT_PREPARE:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PARALLEL_COMMIT:
@@ -99,6 +108,7 @@ void
 fs_limits_init(void)
 {
 	RegisterXactCallback(fs_limits_xact_callback, NULL);
+	fs_prepared_on_commit(FS_PREPARED_LIMITS, fs_limits_publish);
 }
 
 /* Schema the extension lives in, in the current database. */

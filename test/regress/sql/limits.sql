@@ -84,12 +84,26 @@ RESET search_path;
 SELECT max_slots FROM fs_tenants WHERE queue = 'lim_sp' AND tenant = 'lim_small';
 DROP SCHEMA lim_evil CASCADE;
 
--- Limits cannot be changed by a prepared transaction (its commit could not
--- publish them).
+-- A prepared transaction's change of limits applies when COMMIT PREPARED
+-- commits it (the cached limit loads again), not before; ROLLBACK PREPARED
+-- applies nothing.
+SELECT fs_set_limit('lim_p', 'lim_pq', max_slots => 1);
+SELECT fs_acquire_slot('lim_p', 'lim_pq') IS NOT NULL AS first_granted;
+SELECT fs_acquire_slot('lim_p', 'lim_pq') IS NOT NULL AS second_granted;
 BEGIN;
-SELECT fs_set_limit('lim_p', max_slots => 5);
+SELECT fs_set_limit('lim_p', 'lim_pq', max_slots => 2);
 PREPARE TRANSACTION 'fs_limits';
+SELECT fs_acquire_slot('lim_p', 'lim_pq') IS NOT NULL AS granted_while_prepared;
+COMMIT PREPARED 'fs_limits';
+SELECT fs_acquire_slot('lim_p', 'lim_pq') IS NOT NULL AS granted_after_commit_prepared;
+BEGIN;
+SELECT fs_set_limit('lim_p', 'lim_pq', max_slots => 3);
+PREPARE TRANSACTION 'fs_limits';
+ROLLBACK PREPARED 'fs_limits';
+SELECT fs_acquire_slot('lim_p', 'lim_pq') IS NOT NULL AS granted_after_rollback_prepared;
 SELECT count(*) AS prepared FROM pg_prepared_xacts;
+SELECT count(fs_release_slot(lease_id)) AS released FROM fs_leases WHERE queue = 'lim_pq';
+DELETE FROM fs_limits WHERE queue = 'lim_pq';
 
 -- When fs_limits cannot be read, decisions fail open (with a warning),
 -- never fail the caller.

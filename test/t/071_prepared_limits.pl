@@ -1,0 +1,46 @@
+# A change of fs_limits made by a prepared transaction applies when COMMIT
+# PREPARED commits it: in another session, and after a restart, when the
+# note of the preparing session is gone (such a transaction is published
+# whatever it changed).
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FairshareTest;
+
+my $node = fs_node('prepared', "max_prepared_transactions = 5");
+my $q = sub { $node->safe_psql('postgres', shift) };
+my $granted = sub { $q->("SELECT fs_acquire_slot('acme', 'pq', '1 hour') IS NOT NULL") };
+
+$q->("SELECT fs_set_limit('acme', 'pq', max_slots => 1)");
+is($granted->(), 't', 'the first slot is granted');
+is($granted->(), 'f', 'the second is over the limit');
+
+# Prepared in one session, committed in another.
+$q->("BEGIN; SELECT fs_set_limit('acme', 'pq', max_slots => 2); PREPARE TRANSACTION 'lim2'");
+is($granted->(), 'f', 'a prepared change does not apply');
+$q->("COMMIT PREPARED 'lim2'");
+is($granted->(), 't', 'it applies when another session commits it');
+
+# Prepared before a restart, committed after it.
+$q->("BEGIN; SELECT fs_set_limit('acme', 'pq', max_slots => 3); PREPARE TRANSACTION 'lim3'");
+$q->("BEGIN; SELECT fs_set_limit('beta', 'pq', max_slots => 0); PREPARE TRANSACTION 'lim4'");
+$node->restart;
+is($q->("SELECT count(*) FROM fs_leases WHERE queue = 'pq'"), 2, 'the leases survive the restart');
+is($q->("SELECT count(*) FROM pg_prepared_xacts"), 2, 'so do the prepared transactions');
+is($granted->(), 'f', 'after the restart the prepared change still does not apply');
+$q->("COMMIT PREPARED 'lim3'");
+is($granted->(), 't', 'it applies when committed after the restart');
+$q->("ROLLBACK PREPARED 'lim4'");
+is($q->("SELECT fs_acquire_slot('beta', 'pq') IS NOT NULL"), 't', 'the one rolled back applies nothing');
+
+# Prepared after the restart: noted, as before.
+$q->("BEGIN; SELECT fs_set_limit('acme', 'pq', max_slots => 5); PREPARE TRANSACTION 'lim5'");
+is($granted->(), 'f', 'a new prepared change does not apply');
+$q->("COMMIT PREPARED 'lim5'");
+is($granted->(), 't', 'and applies at COMMIT PREPARED');
+is($q->("SELECT count(*) FROM pg_prepared_xacts"), 0, 'no prepared transaction left');
+
+done_testing();
