@@ -66,6 +66,37 @@ $$;
 -- fairshare_admin changes the limits.
 GRANT INSERT, UPDATE, DELETE, TRUNCATE ON fs_limits TO fairshare_admin;
 
+-- fs_set_limit in PL/pgSQL (Citus crashes planning the SQL function's write
+-- to fs_limits as a reference table).
+CREATE OR REPLACE FUNCTION fs_set_limit(
+    tenant               text,
+    queue                text DEFAULT 'default',
+    max_slots            integer DEFAULT NULL,
+    min_slots            integer DEFAULT NULL,
+    weight               double precision DEFAULT NULL,
+    budget_ms_per_minute double precision DEFAULT NULL,
+    throttle_pct         double precision DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+-- PL/pgSQL, not SQL: Citus 13 crashes planning a LANGUAGE sql function's
+-- write to a reference table (fs_limits on a cluster, fs_citus_setup()).
+#variable_conflict use_column
+BEGIN
+    -- updated_at from EXCLUDED: Citus evaluates now() in VALUES only.
+    INSERT INTO @extschema@.fs_limits AS l
+           (queue, tenant, max_slots, min_slots, weight, budget_ms_per_minute, throttle_pct, updated_at)
+    VALUES ($2, $1, $3, $4, $5, $6, $7, now())
+    ON CONFLICT (queue, tenant) DO UPDATE SET
+        max_slots            = COALESCE(EXCLUDED.max_slots, l.max_slots),
+        min_slots            = COALESCE(EXCLUDED.min_slots, l.min_slots),
+        weight               = COALESCE(EXCLUDED.weight, l.weight),
+        budget_ms_per_minute = COALESCE(EXCLUDED.budget_ms_per_minute, l.budget_ms_per_minute),
+        throttle_pct         = COALESCE(EXCLUDED.throttle_pct, l.throttle_pct),
+        updated_at           = EXCLUDED.updated_at;
+END
+$$;
+
 -- Configuring: fairshare_admin.
 REVOKE ALL ON FUNCTION fs_set_limit(text, text, integer, integer, double precision, double precision, double precision) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fs_set_limit(text, text, integer, integer, double precision, double precision, double precision) TO fairshare_admin;
@@ -425,3 +456,146 @@ COMMENT ON FUNCTION fs_explain_wait(text, text) IS
 'why the ready row of a registered queue with this key (its text form) waits right now: a reason (not_found, locked, not_ready, no_tenant, untracked, tenant_limit, global_gate, throttled, no_budget, backpressure, fair_order, tenant_order, claimable), a detail, the figures behind it and the expected start; reads only and never waits; needs SELECT on the table and a role row-level security does not restrict on it';
 REVOKE ALL ON FUNCTION fs_explain_wait(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fs_explain_wait(text, text) TO fairshare_app;
+
+-- ---------------------------------------------------------------------------
+-- Citus clusters (Scaling past one server)
+-- ---------------------------------------------------------------------------
+
+-- The cluster's setting: the table fairshare's per-tenant functions are
+-- colocated with.  One row or none; fs_citus_setup() makes it a reference
+-- table, so that every node has it, and its trigger makes every node read
+-- it again when a change commits.
+CREATE TABLE fs_cluster (
+    colocate_with regclass NOT NULL,
+    set_up_at     timestamptz NOT NULL DEFAULT now(),
+    one_row       boolean PRIMARY KEY DEFAULT true CHECK (one_row)
+);
+COMMENT ON TABLE fs_cluster IS
+'the Citus cluster''s setting, written by fs_citus_setup(): no row on a single server';
+COMMENT ON COLUMN fs_cluster.colocate_with IS 'the table, distributed by tenant, whose shards say which node decides for a tenant';
+COMMENT ON COLUMN fs_cluster.set_up_at IS 'when fs_citus_setup() wrote the row';
+COMMENT ON COLUMN fs_cluster.one_row IS 'always true: the table has at most one row';
+REVOKE ALL ON fs_cluster FROM PUBLIC;
+GRANT SELECT ON fs_cluster TO PUBLIC;
+CREATE TRIGGER fs_cluster_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON fs_cluster
+    FOR EACH STATEMENT EXECUTE FUNCTION fs_limits_changed();
+
+CREATE FUNCTION fs_release_slot_at(node_anchor text, lease_id bigint)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_release_slot_at';
+COMMENT ON FUNCTION fs_release_slot_at(text, bigint) IS
+'fs_release_slot() on the node that holds node_anchor''s shard (Citus delegates it there); what fs_release_slot() calls for another node''s lease';
+REVOKE ALL ON FUNCTION fs_release_slot_at(text, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_release_slot_at(text, bigint) TO fairshare_app;
+
+CREATE FUNCTION fs_renew_slot_at(node_anchor text, lease_id bigint, lease interval DEFAULT '5 minutes')
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_renew_slot_at';
+COMMENT ON FUNCTION fs_renew_slot_at(text, bigint, interval) IS
+'fs_renew_slot() on the node that holds node_anchor''s shard (Citus delegates it there); what fs_renew_slot() calls for another node''s lease';
+REVOKE ALL ON FUNCTION fs_renew_slot_at(text, bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_renew_slot_at(text, bigint, interval) TO fairshare_app;
+
+CREATE FUNCTION fs_lease_node(lease_id bigint)
+RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN (lease_id >> 52) & 1023;
+COMMENT ON FUNCTION fs_lease_node(bigint) IS
+'the Citus node group that granted a lease (0: the coordinator, or a single server)';
+
+CREATE FUNCTION fs_tenant_node(tenant text)
+RETURNS integer
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_tenant_node';
+COMMENT ON FUNCTION fs_tenant_node(text) IS
+'the Citus node group that decides for a tenant (holds its shard of the fs_cluster table), NULL on a single server';
+
+CREATE FUNCTION fs_citus_setup(colocate_with regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+-- Citus copies a reference table's triggers to its placements only so.
+SET citus.enable_unsafe_triggers = on
+AS $$
+#variable_conflict use_variable
+DECLARE
+    dist       record;
+    column_type regtype;
+    column_collation oid;
+    t          regclass;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        RAISE EXCEPTION 'extension "citus" is not installed in this database'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Load Citus first (shared_preload_libraries = ''citus,fairshare'') and run CREATE EXTENSION citus.';
+    END IF;
+    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) <> 0 THEN
+        RAISE EXCEPTION 'fs_citus_setup() runs on the coordinator'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Connect to the coordinator (node group 0) and call it there.';
+    END IF;
+    SELECT p.partmethod, p.repmodel, p.partkey INTO dist
+      FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid = colocate_with;
+    IF NOT FOUND OR dist.partmethod <> 'h' THEN
+        RAISE EXCEPTION 'table % is not distributed by hash', colocate_with
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = format('Distribute it by its tenant column first: SELECT create_distributed_table(%L, ''tenant'').', colocate_with);
+    END IF;
+    IF dist.repmodel <> 's' OR EXISTS (SELECT FROM pg_catalog.pg_dist_shard s
+                                          JOIN pg_catalog.pg_dist_placement p USING (shardid)
+                                         WHERE s.logicalrelid = colocate_with
+                                         GROUP BY s.shardid HAVING count(*) > 1) THEN
+        RAISE EXCEPTION 'table % has more than one placement of a shard', colocate_with
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'fairshare decides for a tenant on the one node that holds its shard: use citus.shard_replication_factor = 1.';
+    END IF;
+    SELECT a.atttypid, a.attcollation INTO column_type, column_collation
+      FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid = colocate_with
+       AND a.attname = pg_catalog.column_to_column_name(colocate_with, dist.partkey);
+    IF column_type NOT IN ('pg_catalog.text'::regtype, 'pg_catalog.varchar'::regtype) THEN
+        RAISE EXCEPTION 'the distribution column of % is of type %, not text', colocate_with, column_type
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Tenants are text: colocate with a table distributed by a text or varchar tenant column.';
+    END IF;
+    IF NOT (SELECT collisdeterministic FROM pg_catalog.pg_collation WHERE oid = column_collation) THEN
+        RAISE EXCEPTION 'the distribution column of % has a nondeterministic collation', colocate_with
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Tenants are placed by their bytes: use a deterministic collation.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_dist_node WHERE groupid > 1023) THEN
+        RAISE EXCEPTION 'a node group id is above 1023'
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Lease ids name node groups 0 to 1023.';
+    END IF;
+
+    -- The settings are reference tables, with their triggers on every node:
+    -- one place to configure, applied on every node when a change commits.
+    FOREACH t IN ARRAY ARRAY['@extschema@.fs_limits', '@extschema@.fs_subkey_weights',
+                             '@extschema@.fs_cluster']::regclass[] LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid = t) THEN
+            PERFORM create_reference_table(t);
+        END IF;
+    END LOOP;
+    DELETE FROM @extschema@.fs_cluster;
+    INSERT INTO @extschema@.fs_cluster (colocate_with) VALUES (colocate_with);
+
+    -- The per-tenant functions run on the node that owns the tenant, also
+    -- inside transaction blocks; the lease functions on the lease's node.
+    PERFORM create_distributed_function('@extschema@.fs_acquire_slot(text,text,interval)', 'tenant',
+                                        colocate_with => colocate_with::text, force_delegation => true);
+    PERFORM create_distributed_function('@extschema@.fs_spend_tokens(text,integer,integer,text)', 'tenant',
+                                        colocate_with => colocate_with::text, force_delegation => true);
+    PERFORM create_distributed_function('@extschema@.fs_charge_tokens(text,double precision,text)', 'tenant',
+                                        colocate_with => colocate_with::text, force_delegation => true);
+    PERFORM create_distributed_function('@extschema@.fs_release_slot_at(text,bigint)', 'node_anchor',
+                                        colocate_with => colocate_with::text, force_delegation => true);
+    PERFORM create_distributed_function('@extschema@.fs_renew_slot_at(text,bigint,interval)', 'node_anchor',
+                                        colocate_with => colocate_with::text, force_delegation => true);
+END
+$$;
+COMMENT ON FUNCTION fs_citus_setup(regclass) IS
+'on a Citus coordinator: makes fs_limits, fs_subkey_weights and fs_cluster reference tables and delegates the per-tenant functions to the node that holds the tenant''s shard of colocate_with (a table distributed by a text tenant column)';
+REVOKE ALL ON FUNCTION fs_citus_setup(regclass) FROM PUBLIC;

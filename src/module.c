@@ -19,6 +19,7 @@
 #include "utils/guc.h"
 
 #include "budget/budget.h"
+#include "core/cluster.h"
 #include "core/common.h"
 #include "core/decisions.h"
 #include "core/lockstats.h"
@@ -104,6 +105,7 @@ _PG_init(void)
 
 	fs_common_init();
 	fs_prepared_init();
+	fs_cluster_init();
 	fs_gate_init();
 	fs_decisions_init();
 	fs_tiers_init();

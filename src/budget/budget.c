@@ -32,6 +32,7 @@
 #include "utils/memutils.h"
 
 #include "budget/budget.h"
+#include "core/cluster.h"
 #include "core/decisions.h"
 #include "gate/gate.h"
 
@@ -314,6 +315,7 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 
 	fs_check_primary("spend fairshare tokens");
 	fs_name_arg(fcinfo, 0, "tenant", tenant);
+	fs_cluster_check_owner("fs_spend_tokens", tenant);
 	requested = fs_int_arg(fcinfo, 1, "requested_runs", 0,
 						   "Pass how many runs the tenant wants to start now (0 only asks).");
 	cost_ms = fs_int_arg(fcinfo, 2, "cost_ms", 1,
@@ -413,6 +415,7 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 
 	fs_check_primary("charge fairshare tokens");
 	fs_name_arg(fcinfo, 0, "tenant", tenant);
+	fs_cluster_check_owner("fs_charge_tokens", tenant);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

@@ -33,6 +33,7 @@
 #include "utils/syscache.h"
 
 #include "budget/budget.h"
+#include "core/cluster.h"
 #include "core/stateformat.h"
 #include "core/subxact.h"
 #include "fairq/fairqueue_int.h"
@@ -930,7 +931,7 @@ fs_claim(PG_FUNCTION_ARGS)
 		Datum		values[3];
 		bool		nulls[3] = {false, false, false};
 
-		values[0] = Int64GetDatum(out.rows[i].lease_id);
+		values[0] = Int64GetDatum(fs_lease_id_out(out.rows[i].lease_id));
 		values[1] = CStringGetTextDatum(out.rows[i].tenant);
 		values[2] = out.rows[i].row;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

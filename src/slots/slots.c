@@ -62,6 +62,7 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
+#include "core/cluster.h"
 #include "core/decisions.h"
 #include "gate/gate.h"
 #include "slots/leases_int.h"
@@ -69,6 +70,8 @@
 PG_FUNCTION_INFO_V1(fs_acquire_slot);
 PG_FUNCTION_INFO_V1(fs_release_slot);
 PG_FUNCTION_INFO_V1(fs_renew_slot);
+PG_FUNCTION_INFO_V1(fs_release_slot_at);
+PG_FUNCTION_INFO_V1(fs_renew_slot_at);
 
 /*
  * A lease's length as microseconds: positive, and at most FS_MAX_LEASE_USECS
@@ -804,6 +807,96 @@ fs_slots_init(void)
 	RegisterSubXactCallback(fs_slots_subxact_callback, NULL);
 }
 
+/*
+ * The lease id argument at `arg` of a release or renew, as this node's own
+ * id.  False when the lease is another node's: with `arg` 0 (the plain
+ * function) the call went to that node, and *result is its answer; with
+ * `arg` 1 (the _at function Citus delegated here) that is an error.
+ */
+static bool
+fs_lease_arg_here(FunctionCallInfo fcinfo, int arg, const char *function, int64 lease_usecs,
+				  int64 *local_id, Datum *result)
+{
+	int64		lease_id = PG_GETARG_INT64(arg);
+	bool		answer;
+	bool		isnull = false;
+
+	if (fs_lease_id_in(lease_id, local_id))
+		return true;
+	if (arg > 0)
+		fs_cluster_check_lease_here(function, lease_id);	/* does not return */
+	if (!fs_cluster_forward_lease(function, lease_id, lease_usecs, &answer, &isnull))
+		answer = false;			/* unknown here, and no cluster to ask */
+	fcinfo->isnull = isnull;
+	*result = BoolGetDatum(answer);
+	return false;
+}
+
+/* fs_release_slot() and fs_release_slot_at(): the lease id at `arg`. */
+static Datum
+fs_release_slot_common(FunctionCallInfo fcinfo, int arg)
+{
+	int64		lease_id;
+	int64		held_usecs;
+	Datum		forwarded;
+
+	FsLeaseOpResult result;
+	Oid			allowed = InvalidOid;
+	Oid			owner = InvalidOid;
+	TimestampTz now;
+
+	fs_check_primary("release a fairshare lease");
+	if (PG_ARGISNULL(arg))
+		PG_RETURN_NULL();
+	if (!fs_lease_arg_here(fcinfo, arg, "fs_release_slot", -1, &lease_id, &forwarded))
+		return forwarded;
+	now = fs_now();
+
+	/*
+	 * Another role's lease: check the caller with no lock held (an error
+	 * leaves the lease as it was), then try again.  An owner never changes
+	 * once set, so a second round finds the one just allowed.
+	 */
+	while ((result = fs_slot_release_as(lease_id, now, &held_usecs, true, allowed, &owner)) ==
+		   FS_LEASE_OP_CHECK_OWNER)
+	{
+		fs_lease_check_caller(lease_id, owner, "release");
+		allowed = owner;
+	}
+	PG_RETURN_BOOL(result == FS_LEASE_OP_TRUE);
+}
+
+/* fs_renew_slot() and fs_renew_slot_at(): the lease id at `arg`, its length after it. */
+static Datum
+fs_renew_slot_common(FunctionCallInfo fcinfo, int arg)
+{
+	int64		lease_id;
+	int64		lease_usecs;
+	Datum		forwarded;
+
+	FsLeaseOpResult result;
+	Oid			allowed = InvalidOid;
+	Oid			owner = InvalidOid;
+	TimestampTz now;
+
+	fs_check_primary("renew a fairshare lease");
+	lease_usecs = fs_lease_interval_arg(fcinfo, arg + 1, "lease");
+	if (PG_ARGISNULL(arg))
+		PG_RETURN_NULL();
+	if (!fs_lease_arg_here(fcinfo, arg, "fs_renew_slot", lease_usecs, &lease_id, &forwarded))
+		return forwarded;
+	now = fs_now();
+
+	/* As in fs_release_slot(). */
+	while ((result = fs_slot_renew_as(lease_id, lease_usecs, now, allowed, &owner)) ==
+		   FS_LEASE_OP_CHECK_OWNER)
+	{
+		fs_lease_check_caller(lease_id, owner, "renew");
+		allowed = owner;
+	}
+	PG_RETURN_BOOL(result == FS_LEASE_OP_TRUE);
+}
+
 /* ----------------------------------------------------------------
  * SQL functions
  * ----------------------------------------------------------------
@@ -823,13 +916,14 @@ fs_acquire_slot(PG_FUNCTION_ARGS)
 	fs_name_arg(fcinfo, 0, "tenant", tenant);
 	fs_name_arg(fcinfo, 1, "queue", queue_name);
 	lease_usecs = fs_lease_interval_arg(fcinfo, 2, "lease");
+	fs_cluster_check_owner("fs_acquire_slot", tenant);
 
 	queue = fs_queue_lookup(queue_name, true);
 	fs_slot_acquire(queue, tenant, lease_usecs, fs_now(), &decision);
 	FS_DEBUG_CHECK_TENANT(queue, tenant);
 	if (decision.lease_id == 0)
 		PG_RETURN_NULL();
-	PG_RETURN_INT64(decision.lease_id);
+	PG_RETURN_INT64(fs_lease_id_out(decision.lease_id));
 }
 
 /*
@@ -838,69 +932,42 @@ fs_acquire_slot(PG_FUNCTION_ARGS)
  * For the role that took the lease (or one allowed to act for it: see
  * fs_lease_check_caller()); false for an unknown lease, whoever asks.  A
  * NULL lease id (a denied fs_acquire_slot()) gives NULL, as a strict
- * function would: fs_release_slot(fs_acquire_slot(...)) never fails.
+ * function would: fs_release_slot(fs_acquire_slot(...)) never fails.  On a
+ * cluster, another node's lease is released by that node.
  */
 Datum
 fs_release_slot(PG_FUNCTION_ARGS)
 {
-	int64		lease_id;
-	int64		held_usecs;
+	return fs_release_slot_common(fcinfo, 0);
+}
 
-	FsLeaseOpResult result;
-	Oid			allowed = InvalidOid;
-	Oid			owner = InvalidOid;
-	TimestampTz now;
-
-	fs_check_primary("release a fairshare lease");
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
-	lease_id = PG_GETARG_INT64(0);
-	now = fs_now();
-
-	/*
-	 * Another role's lease: check the caller with no lock held (an error
-	 * leaves the lease as it was), then try again.  An owner never changes
-	 * once set, so a second round finds the one just allowed.
-	 */
-	while ((result = fs_slot_release_as(lease_id, now, &held_usecs, true, allowed, &owner)) ==
-		   FS_LEASE_OP_CHECK_OWNER)
-	{
-		fs_lease_check_caller(lease_id, owner, "release");
-		allowed = owner;
-	}
-	PG_RETURN_BOOL(result == FS_LEASE_OP_TRUE);
+/*
+ * fs_release_slot_at(node_anchor text, lease_id bigint) RETURNS boolean:
+ * fs_release_slot() on the node that holds node_anchor's shard, where
+ * Citus delegates it; the lease must be that node's.
+ */
+Datum
+fs_release_slot_at(PG_FUNCTION_ARGS)
+{
+	return fs_release_slot_common(fcinfo, 1);
 }
 
 /*
  * fs_renew_slot(lease_id bigint, lease interval) RETURNS boolean
  *
  * Who may: as fs_release_slot().  A NULL lease id gives NULL; a NULL lease
- * interval is an error (there is no lease length to renew to).
+ * interval is an error (there is no lease length to renew to).  On a
+ * cluster, another node's lease is renewed by that node.
  */
 Datum
 fs_renew_slot(PG_FUNCTION_ARGS)
 {
-	int64		lease_id;
-	int64		lease_usecs;
+	return fs_renew_slot_common(fcinfo, 0);
+}
 
-	FsLeaseOpResult result;
-	Oid			allowed = InvalidOid;
-	Oid			owner = InvalidOid;
-	TimestampTz now;
-
-	fs_check_primary("renew a fairshare lease");
-	lease_usecs = fs_lease_interval_arg(fcinfo, 1, "lease");
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
-	lease_id = PG_GETARG_INT64(0);
-	now = fs_now();
-
-	/* As in fs_release_slot(). */
-	while ((result = fs_slot_renew_as(lease_id, lease_usecs, now, allowed, &owner)) ==
-		   FS_LEASE_OP_CHECK_OWNER)
-	{
-		fs_lease_check_caller(lease_id, owner, "renew");
-		allowed = owner;
-	}
-	PG_RETURN_BOOL(result == FS_LEASE_OP_TRUE);
+/* fs_renew_slot_at(node_anchor text, lease_id bigint, lease interval): as fs_release_slot_at(). */
+Datum
+fs_renew_slot_at(PG_FUNCTION_ARGS)
+{
+	return fs_renew_slot_common(fcinfo, 1);
 }

@@ -22,6 +22,7 @@
 #include "utils/timestamp.h"
 
 #include "budget/budget.h"
+#include "core/cluster.h"
 #include "core/shmem.h"
 #include "fairq/fairqueue.h"
 #include "slots/slots.h"
@@ -195,7 +196,7 @@ fs_lease_state(PG_FUNCTION_ARGS)
 
 		if (queue == NULL)
 			continue;
-		values[0] = Int64GetDatum(l->lease_id);
+		values[0] = Int64GetDatum(fs_lease_id_out(l->lease_id));
 		values[1] = CStringGetTextDatum(queue);
 		values[2] = CStringGetTextDatum(l->tenant_key.tenant);
 		values[3] = CStringGetTextDatum(fs_lease_state_name(l->state));

@@ -1,0 +1,529 @@
+/*-------------------------------------------------------------------------
+ *
+ * cluster.c
+ *	  fairshare on a Citus cluster: the node-side rules (see cluster.h).
+ *
+ * Three backend-local caches, each loaded on first use and dropped when
+ * what it copies changes:
+ *
+ *	- this node's Citus group id, from pg_dist_local_group (Citus
+ *	  invalidates that table's relcache entry when the group changes);
+ *	- the setup, the row of fs_cluster that fs_citus_setup() writes (a
+ *	  reference table, so every node has it; its trigger bumps the limits
+ *	  generation when a change commits, also through COMMIT PREPARED);
+ *	- the shard map of the colocated table: each shard's hash range and the
+ *	  group that holds it, from pg_dist_shard and pg_dist_placement (Citus
+ *	  invalidates the distributed table's relcache entry when a placement
+ *	  changes, as a shard move does).
+ *
+ * Nothing here touches shared memory but the limits generation, read
+ * atomically.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
+#include "commands/extension.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "core/cluster.h"
+#include "core/common.h"
+#include "core/compat.h"
+#include "core/shmem.h"
+
+PG_FUNCTION_INFO_V1(fs_tenant_node);
+
+/* One shard of the colocated table: its hash range and its node. */
+typedef struct FsShard
+{
+	int32		min_hash;
+	int32		max_hash;
+	int32		group;
+} FsShard;
+
+/* This node's group: -1 until looked up. */
+static int32 group_cached = -1;
+static Oid	group_relid = InvalidOid;	/* pg_dist_local_group; invalid: no Citus */
+
+/* The setup: loaded for the limits generation `setup_generation`. */
+static bool setup_loaded = false;
+static uint32 setup_generation = 0;
+static Oid	setup_table = InvalidOid;	/* invalid: not set up */
+
+/* The shard map of setup_table, sorted by min_hash. */
+static bool map_valid = false;
+static FsShard *map_shards = NULL;
+static int	map_count = 0;
+
+/* An anchor per node: a value whose shard is on that node (-1: not found yet). */
+static int32 anchors[FS_LEASE_NODE_MAX + 1];
+
+#define FS_ANCHOR_FORMAT	"fairshare-node-%d"
+#define FS_ANCHOR_TRIES		1000000
+
+/* Drop what a relcache invalidation may have made stale. */
+static void
+fs_cluster_relcache_callback(Datum arg pg_attribute_unused(), Oid relid)
+{
+	/* Without Citus any invalidation may be its creation: look again. */
+	if (relid == InvalidOid || relid == group_relid || !OidIsValid(group_relid))
+		group_cached = -1;
+	if (relid == InvalidOid || relid == setup_table)
+		map_valid = false;
+}
+
+/* Register the invalidation callback (at _PG_init). */
+void
+fs_cluster_init(void)
+{
+	CacheRegisterRelcacheCallback(fs_cluster_relcache_callback, (Datum) 0);
+}
+
+/* Column `name` of catalog relation `relid`, or an error. */
+static AttrNumber
+fs_catalog_attnum(Oid relid, const char *name)
+{
+	AttrNumber	attnum = get_attnum(relid, name);
+
+	if (attnum == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("Citus catalog \"%s\" has no column \"%s\"", get_rel_name(relid), name),
+				 errhint("fairshare supports Citus 13.")));
+	return attnum;
+}
+
+/*
+ * This node's Citus group id: 0 on a coordinator and on a server without
+ * Citus in this database.  Read straight from the catalog (no privilege
+ * needed), then cached.
+ */
+int32
+fs_cluster_group(void)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	int32		group = 0;
+
+	if (group_cached >= 0)
+		return group_cached;
+	group_relid = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
+	if (OidIsValid(group_relid))
+	{
+		AttrNumber	attnum = fs_catalog_attnum(group_relid, "groupid");
+
+		rel = table_open(group_relid, AccessShareLock);
+		scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+		if (HeapTupleIsValid(tuple = systable_getnext(scan)))
+		{
+			bool		isnull;
+			Datum		d = heap_getattr(tuple, attnum, RelationGetDescr(rel), &isnull);
+
+			group = isnull ? 0 : DatumGetInt32(d);
+		}
+		systable_endscan(scan);
+		table_close(rel, AccessShareLock);
+	}
+	/* Negative while Citus upgrades its metadata: a group of its own, 0. */
+	group_cached = Max(group, 0);
+	return group_cached;
+}
+
+/* A lease id as this node hands it out: its group in the high bits. */
+int64
+fs_lease_id_out(int64 local_id)
+{
+	int32		group = fs_cluster_group();
+
+	if (group == 0)
+		return local_id;
+	if (group > FS_LEASE_NODE_MAX || (local_id & ~FS_LEASE_LOCAL_MASK) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("lease id " INT64_FORMAT " of node group %d cannot name its node",
+						local_id, group),
+				 errhint("Lease ids name node groups up to %d.", FS_LEASE_NODE_MAX)));
+	return local_id | ((int64) group << FS_LEASE_NODE_SHIFT);
+}
+
+/* The group of the node that granted `lease_id`. */
+int32
+fs_lease_id_node(int64 lease_id)
+{
+	return (int32) ((lease_id >> FS_LEASE_NODE_SHIFT) & FS_LEASE_NODE_MAX);
+}
+
+/*
+ * Whether `lease_id` was granted by this node; if so, *local_id is its id
+ * in this node's lease table.
+ */
+bool
+fs_lease_id_in(int64 lease_id, int64 *local_id)
+{
+	int32		group = fs_cluster_group();
+
+	if (group == 0)
+	{
+		*local_id = lease_id;
+		return lease_id < 0 || fs_lease_id_node(lease_id) == 0;
+	}
+	*local_id = lease_id & FS_LEASE_LOCAL_MASK;
+	return lease_id >= 0 && fs_lease_id_node(lease_id) == group;
+}
+
+/*
+ * The table fs_citus_setup() colocated fairshare's functions with, or
+ * InvalidOid when this database is not set up (or has no Citus).  Loaded
+ * again whenever the limits generation moved: a change of fs_cluster moves
+ * it on every node when it commits.
+ */
+static Oid
+fs_cluster_setup_table(void)
+{
+	uint32		generation;
+	Oid			extoid;
+	Oid			relid;
+	Oid			table = InvalidOid;
+
+	if (fs_cluster_group() == 0 && !OidIsValid(group_relid))
+		return InvalidOid;		/* no Citus here */
+	generation = pg_atomic_read_u32(&fs_shared->limits_generation);
+	if (setup_loaded && setup_generation == generation)
+		return setup_table;
+
+	extoid = get_extension_oid("fairshare", true);
+	relid = OidIsValid(extoid) ?
+		get_relname_relid("fs_cluster", fs_get_extension_schema(extoid)) : InvalidOid;
+	if (OidIsValid(relid))
+	{
+		char	   *query = psprintf("SELECT colocate_with FROM %s.fs_cluster LIMIT 1",
+									 quote_identifier(get_namespace_name(get_rel_namespace(relid))));
+
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		if (SPI_execute(query, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read fs_cluster");
+		if (SPI_processed == 1)
+		{
+			bool		isnull;
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+			if (!isnull)
+				table = DatumGetObjectId(d);
+		}
+		SPI_finish();
+	}
+	if (table != setup_table)
+		map_valid = false;
+	setup_table = table;
+	setup_generation = generation;
+	setup_loaded = true;
+	return table;
+}
+
+static int
+fs_shard_cmp(const void *a, const void *b)
+{
+	const FsShard *x = a;
+	const FsShard *y = b;
+
+	return (x->min_hash > y->min_hash) - (x->min_hash < y->min_hash);
+}
+
+/*
+ * Load the shard map of `table`: each shard's hash range (pg_dist_shard)
+ * and the group of its active placement (pg_dist_placement).
+ */
+static void
+fs_cluster_load_map(Oid table)
+{
+	Oid			shard_relid = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
+	Oid			placement_relid = get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	FsShard    *shards;
+	int64	   *shard_ids;
+	int			count = 0;
+	int			capacity = 64;
+	int			i;
+
+	if (!OidIsValid(shard_relid) || !OidIsValid(placement_relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("Citus's shard catalogs are missing in this database")));
+
+	shards = palloc(sizeof(FsShard) * capacity);
+	shard_ids = palloc(sizeof(int64) * capacity);
+	{
+		AttrNumber	a_rel = fs_catalog_attnum(shard_relid, "logicalrelid");
+		AttrNumber	a_id = fs_catalog_attnum(shard_relid, "shardid");
+		AttrNumber	a_min = fs_catalog_attnum(shard_relid, "shardminvalue");
+		AttrNumber	a_max = fs_catalog_attnum(shard_relid, "shardmaxvalue");
+
+		rel = table_open(shard_relid, AccessShareLock);
+		scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+		while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+		{
+			TupleDesc	desc = RelationGetDescr(rel);
+			bool		n1,
+						n2,
+						n3;
+			Datum		relid = heap_getattr(tuple, a_rel, desc, &n1);
+			Datum		min;
+			Datum		max;
+
+			if (n1 || DatumGetObjectId(relid) != table)
+				continue;
+			min = heap_getattr(tuple, a_min, desc, &n2);
+			max = heap_getattr(tuple, a_max, desc, &n3);
+			if (n2 || n3)
+				continue;
+			if (count == capacity)
+			{
+				capacity *= 2;
+				shards = repalloc(shards, sizeof(FsShard) * capacity);
+				shard_ids = repalloc(shard_ids, sizeof(int64) * capacity);
+			}
+			shards[count].min_hash = pg_strtoint32(TextDatumGetCString(min));
+			shards[count].max_hash = pg_strtoint32(TextDatumGetCString(max));
+			shards[count].group = -1;
+			shard_ids[count] = DatumGetInt64(heap_getattr(tuple, a_id, desc, &n1));
+			count++;
+		}
+		systable_endscan(scan);
+		table_close(rel, AccessShareLock);
+	}
+	{
+		AttrNumber	a_id = fs_catalog_attnum(placement_relid, "shardid");
+		AttrNumber	a_state = fs_catalog_attnum(placement_relid, "shardstate");
+		AttrNumber	a_group = fs_catalog_attnum(placement_relid, "groupid");
+
+		rel = table_open(placement_relid, AccessShareLock);
+		scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+		while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+		{
+			TupleDesc	desc = RelationGetDescr(rel);
+			bool		isnull;
+			int64		id = DatumGetInt64(heap_getattr(tuple, a_id, desc, &isnull));
+
+			if (DatumGetInt32(heap_getattr(tuple, a_state, desc, &isnull)) != 1)
+				continue;		/* not an active placement */
+			for (i = 0; i < count; i++)
+				if (shard_ids[i] == id)
+					shards[i].group = DatumGetInt32(heap_getattr(tuple, a_group, desc, &isnull));
+		}
+		systable_endscan(scan);
+		table_close(rel, AccessShareLock);
+	}
+	pfree(shard_ids);
+	qsort(shards, count, sizeof(FsShard), fs_shard_cmp);
+
+	/* Kept for the backend's life; built first, so an error leaks nothing. */
+	if (map_shards != NULL)
+		pfree(map_shards);
+	map_shards = MemoryContextAlloc(TopMemoryContext, sizeof(FsShard) * Max(count, 1));
+	memcpy(map_shards, shards, sizeof(FsShard) * count);
+	pfree(shards);
+	map_count = count;
+	for (i = 0; i <= FS_LEASE_NODE_MAX; i++)
+		anchors[i] = -1;
+	map_valid = true;
+}
+
+/* The group whose shard holds hash value `hash`, or -1. */
+static int32
+fs_cluster_group_of_hash(int32 hash)
+{
+	int			lo = 0;
+	int			hi = map_count - 1;
+
+	while (lo <= hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		if (hash < map_shards[mid].min_hash)
+			hi = mid - 1;
+		else if (hash > map_shards[mid].max_hash)
+			lo = mid + 1;
+		else
+			return map_shards[mid].group;
+	}
+	return -1;
+}
+
+/*
+ * The hash Citus places a text value by: hashtext(), which for a
+ * deterministic collation (fs_citus_setup() accepts no other) hashes the
+ * bytes.
+ */
+static int32
+fs_cluster_hash(const char *value)
+{
+	return (int32) hash_any((const unsigned char *) value, (int) strlen(value));
+}
+
+/*
+ * The group of the node that owns `tenant`, or -1 when this database is not
+ * set up for a cluster.
+ */
+int32
+fs_cluster_tenant_group(const char *tenant)
+{
+	Oid			table = fs_cluster_setup_table();
+
+	if (!OidIsValid(table))
+		return -1;
+	if (!map_valid)
+		fs_cluster_load_map(table);
+	return fs_cluster_group_of_hash(fs_cluster_hash(tenant));
+}
+
+/*
+ * Refuse a decision for `tenant` on a node that does not own it: its slots
+ * and budget are counted on the owner only.  Citus delegates a single
+ * top-level call to the owner; other call shapes run where they are called.
+ */
+void
+fs_cluster_check_owner(const char *function, const char *tenant)
+{
+	int32		owner = fs_cluster_tenant_group(tenant);
+	int32		here;
+
+	if (owner < 0)
+		return;
+	here = fs_cluster_group();
+	if (owner != here)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s() for tenant \"%s\" ran on node group %d, which does not own the tenant",
+						function, tenant, here),
+				 errdetail("The tenant's shard is on node group %d.", owner),
+				 errhint("Call it alone in a top-level SELECT with the tenant as a literal or parameter "
+						 "(not inside another function's expression), so that Citus delegates it.")));
+}
+
+/* A value whose shard is on `group`, or NULL when no shard is there. */
+static char *
+fs_cluster_anchor(int32 group)
+{
+	int32		i;
+
+	if (anchors[group] < 0)
+		for (i = 0; i < FS_ANCHOR_TRIES; i++)
+		{
+			char		value[32];
+
+			snprintf(value, sizeof(value), FS_ANCHOR_FORMAT, i);
+			if (fs_cluster_group_of_hash(fs_cluster_hash(value)) == group)
+			{
+				anchors[group] = i;
+				break;
+			}
+		}
+	return anchors[group] < 0 ? NULL : psprintf(FS_ANCHOR_FORMAT, anchors[group]);
+}
+
+/*
+ * Send a release or renew of another node's lease to that node:
+ * `function`_at(anchor, lease_id [, lease]) with an anchor whose shard is
+ * there, which Citus delegates (called in FROM: Citus does not delegate a
+ * call in the target list of a query run inside a function).  False when this database is not set up for
+ * a cluster (the lease is unknown here); otherwise *result and *isnull are
+ * the node's answer.
+ */
+bool
+fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs,
+						 bool *result, bool *isnull)
+{
+	Oid			table = fs_cluster_setup_table();
+	int32		node = fs_lease_id_node(lease_id);
+	char	   *anchor;
+	char	   *query;
+	char	   *schema;
+
+	if (!OidIsValid(table))
+		return false;
+	if (!map_valid)
+		fs_cluster_load_map(table);
+	anchor = fs_cluster_anchor(node);
+	if (anchor == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease " INT64_FORMAT " was granted by node group %d, which holds no shard of \"%s\"",
+						lease_id, node, get_rel_name(table)),
+				 errhint("The lease is lost with its node; it expires there if the node comes back.")));
+	schema = get_namespace_name(fs_get_extension_schema(get_extension_oid("fairshare", false)));
+	if (lease_usecs >= 0)
+	{
+		Interval	interval;
+
+		interval.month = 0;
+		interval.day = 0;
+		interval.time = lease_usecs;
+		query = psprintf("SELECT * FROM %s.%s_at(%s::pg_catalog.text, " INT64_FORMAT "::pg_catalog.int8, %s::pg_catalog.interval)",
+						 quote_identifier(schema), function, quote_literal_cstr(anchor), lease_id,
+						 quote_literal_cstr(DatumGetCString(DirectFunctionCall1(interval_out,
+																				IntervalPGetDatum(&interval)))));
+	}
+	else
+		query = psprintf("SELECT * FROM %s.%s_at(%s::pg_catalog.text, " INT64_FORMAT "::pg_catalog.int8)",
+						 quote_identifier(schema), function, quote_literal_cstr(anchor), lease_id);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute(query, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not send %s() to node group %d", function, node);
+	*result = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull));
+	SPI_finish();
+	return true;
+}
+
+/*
+ * In `function`_at(), which Citus delegated by its anchor: refuse a lease
+ * of another node (the anchor's shard moved since it was chosen), never
+ * sending it on.
+ */
+void
+fs_cluster_check_lease_here(const char *function, int64 lease_id)
+{
+	int64		local_id;
+
+	if (!fs_lease_id_in(lease_id, &local_id))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s_at() for lease " INT64_FORMAT " ran on node group %d, not on group %d that granted it",
+						function, lease_id, fs_cluster_group(), fs_lease_id_node(lease_id)),
+				 errhint("A shard moved meanwhile; call %s() again.", function)));
+}
+
+/*
+ * fs_tenant_node(tenant text) RETURNS integer: the group of the node that
+ * decides for `tenant`, NULL when this database is not set up for a
+ * cluster.
+ */
+Datum
+fs_tenant_node(PG_FUNCTION_ARGS)
+{
+	char		tenant[FS_NAME_BUFLEN];
+	int32		group;
+
+	fs_check_loaded();
+	fs_name_arg(fcinfo, 0, "tenant", tenant);
+	group = fs_cluster_tenant_group(tenant);
+	if (group < 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT32(group);
+}

@@ -1,0 +1,45 @@
+/*-------------------------------------------------------------------------
+ *
+ * cluster.h
+ *	  fairshare on a Citus cluster: which node this is, which node owns a
+ *	  tenant, and lease ids that name the node that granted them.
+ *
+ * On a cluster set up with fs_citus_setup(), a tenant's decisions are made
+ * by the node that holds its shard of the colocated table (Citus delegates
+ * the per-tenant functions there), so each node counts its own tenants'
+ * slots and budgets exactly.  The node-side rules live here:
+ *
+ *	- a node is known by its Citus group id (0 on the coordinator, and on a
+ *	  server without Citus);
+ *	- a lease id holds the granting node's group in bits 52 to 61, so that a
+ *	  release or renew anywhere reaches that node (group 0's ids are the ids
+ *	  of a single server);
+ *	- a per-tenant decision on a node that does not own the tenant is an
+ *	  error, never a second count (fs_cluster_check_owner);
+ *	- a release or renew of another node's lease is sent to that node
+ *	  (fs_cluster_forward_lease).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAIRSHARE_CLUSTER_H
+#define FAIRSHARE_CLUSTER_H
+
+#include "datatype/timestamp.h"
+
+/* Where a lease id keeps its node, and the largest node it can name. */
+#define FS_LEASE_NODE_SHIFT		52
+#define FS_LEASE_NODE_MAX		1023
+#define FS_LEASE_LOCAL_MASK		((INT64CONST(1) << FS_LEASE_NODE_SHIFT) - 1)
+
+extern void fs_cluster_init(void);
+extern int32 fs_cluster_group(void);
+extern int64 fs_lease_id_out(int64 local_id);
+extern int32 fs_lease_id_node(int64 lease_id);
+extern bool fs_lease_id_in(int64 lease_id, int64 *local_id);
+extern void fs_cluster_check_owner(const char *function, const char *tenant);
+extern int32 fs_cluster_tenant_group(const char *tenant);
+extern bool fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs,
+									 bool *result, bool *isnull);
+extern void fs_cluster_check_lease_here(const char *function, int64 lease_id);
+
+#endif							/* FAIRSHARE_CLUSTER_H */
