@@ -170,6 +170,46 @@ fs_cluster_stop() {
 		fs_as_postgres "$PG_BINDIR/pg_ctl" -D "$PGDATA" -m fast -w stop >/dev/null 2>&1 || true
 }
 
+# A Citus cluster in $1: a coordinator on port $2 and $3 workers on the ports
+# after it, each with shared_preload_libraries = 'citus,fairshare' (extra
+# postgresql.conf lines on stdin), reachable over TCP on 127.0.0.1 (Citus's
+# connections) and over a Unix socket in $1; Citus created on each node, the
+# workers added, and fairshare created on the coordinator (Citus creates it
+# on the workers).  Stop it with fs_citus_cluster_stop DIR.
+fs_citus_cluster_start() {
+	local dir="$1" port="$2" workers="$3" conf i p
+	conf="$(cat)"
+	for i in $(seq 0 "$workers"); do
+		p=$((port + i))
+		fs_as_postgres "$PG_BINDIR/initdb" -D "$dir/node$p" -U postgres -A trust --no-sync >/dev/null
+		fs_as_postgres sh -c "cat >> '$dir/node$p/postgresql.conf'" <<EOF
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$dir'
+port = $p
+shared_preload_libraries = 'citus,fairshare'
+max_prepared_transactions = 100
+citus.enable_statistics_collection = off
+$conf
+EOF
+		fs_as_postgres "$PG_BINDIR/pg_ctl" -D "$dir/node$p" -l "$dir/node$p.log" -w start >/dev/null ||
+			{ cat "$dir/node$p.log" >&2; fs_die "the Citus node on port $p did not start"; }
+		fs_as_postgres "$PG_BINDIR/psql" -X -q -h "$dir" -p "$p" -d postgres -c 'CREATE EXTENSION citus' >/dev/null
+	done
+	{
+		echo "SELECT citus_set_coordinator_host('127.0.0.1', $port);"
+		for i in $(seq 1 "$workers"); do echo "SELECT citus_add_node('127.0.0.1', $((port + i)));"; done
+		echo "CREATE EXTENSION fairshare;"
+	} | fs_as_postgres "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -d postgres >/dev/null
+}
+
+fs_citus_cluster_stop() {
+	local d
+	for d in "$1"/node*; do
+		[ -f "$d/postmaster.pid" ] &&
+			fs_as_postgres "$PG_BINDIR/pg_ctl" -D "$d" -m fast -w stop >/dev/null 2>&1 || true
+	done
+}
+
 # psql against the cluster started by fs_cluster_start.
 fs_psql() {
 	fs_as_postgres env PGHOST="$PGHOST" PGPORT="$PGPORT" \

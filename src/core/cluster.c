@@ -28,10 +28,12 @@
 #include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -40,6 +42,7 @@
 #include "core/cluster.h"
 #include "core/common.h"
 #include "core/compat.h"
+#include "core/run_as.h"
 #include "core/shmem.h"
 
 PG_FUNCTION_INFO_V1(fs_tenant_node);
@@ -437,12 +440,42 @@ fs_cluster_anchor(int32 group)
 }
 
 /*
+ * The kept plan of `function`_at(anchor, lease_id [, lease]) for the
+ * extension's schema, prepared on first use.  Its arguments are parameters,
+ * which Citus plans as constants (a custom plan) and delegates by the
+ * anchor; in FROM, since Citus does not delegate a call in the target list
+ * of a query run inside a function.
+ */
+static SPIPlanPtr
+fs_cluster_forward_plan(const char *function, bool with_lease)
+{
+	static SPIPlanPtr plans[2];
+	static char plan_schema[2][NAMEDATALEN];
+	Oid			argtypes[3] = {TEXTOID, INT8OID, INTERVALOID};
+	char	   *schema = get_namespace_name(fs_get_extension_schema(get_extension_oid("fairshare", false)));
+	int			k = with_lease ? 1 : 0;
+	SPIPlanPtr	plan;
+
+	if (plans[k] != NULL && strcmp(plan_schema[k], schema) == 0)
+		return plans[k];
+	plan = SPI_prepare(psprintf("SELECT * FROM %s.%s_at($1, $2%s)", quote_identifier(schema), function,
+								with_lease ? ", $3" : ""),
+					   with_lease ? 3 : 2, argtypes);
+	if (plan == NULL || SPI_keepplan(plan) != 0)
+		elog(ERROR, "could not prepare %s_at(): %s", function, SPI_result_code_string(SPI_result));
+	if (plans[k] != NULL)
+		SPI_freeplan(plans[k]);
+	plans[k] = plan;
+	strlcpy(plan_schema[k], schema, NAMEDATALEN);
+	return plan;
+}
+
+/*
  * Send a release or renew of another node's lease to that node:
  * `function`_at(anchor, lease_id [, lease]) with an anchor whose shard is
- * there, which Citus delegates (called in FROM: Citus does not delegate a
- * call in the target list of a query run inside a function).  False when this database is not set up for
- * a cluster (the lease is unknown here); otherwise *result and *isnull are
- * the node's answer.
+ * there, which Citus delegates.  `lease_usecs` < 0: a release.  False when
+ * this database is not set up for a cluster (the lease is unknown here);
+ * otherwise *result and *isnull are the node's answer.
  */
 bool
 fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs,
@@ -450,9 +483,11 @@ fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs
 {
 	Oid			table = fs_cluster_setup_table();
 	int32		node = fs_lease_id_node(lease_id);
+	bool		with_lease = lease_usecs >= 0;
+	Interval	interval;
+	Datum		values[3];
 	char	   *anchor;
-	char	   *query;
-	char	   *schema;
+	int			nestlevel;
 
 	if (!OidIsValid(table))
 		return false;
@@ -465,29 +500,30 @@ fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs
 				 errmsg("lease " INT64_FORMAT " was granted by node group %d, which holds no shard of \"%s\"",
 						lease_id, node, get_rel_name(table)),
 				 errhint("The lease is lost with its node; it expires there if the node comes back.")));
-	schema = get_namespace_name(fs_get_extension_schema(get_extension_oid("fairshare", false)));
-	if (lease_usecs >= 0)
-	{
-		Interval	interval;
+	interval.month = 0;
+	interval.day = 0;
+	interval.time = Max(lease_usecs, 0);
+	values[0] = CStringGetTextDatum(anchor);
+	values[1] = Int64GetDatum(lease_id);
+	values[2] = IntervalPGetDatum(&interval);
 
-		interval.month = 0;
-		interval.day = 0;
-		interval.time = lease_usecs;
-		query = psprintf("SELECT * FROM %s.%s_at(%s::pg_catalog.text, " INT64_FORMAT "::pg_catalog.int8, %s::pg_catalog.interval)",
-						 quote_identifier(schema), function, quote_literal_cstr(anchor), lease_id,
-						 quote_literal_cstr(DatumGetCString(DirectFunctionCall1(interval_out,
-																				IntervalPGetDatum(&interval)))));
-	}
-	else
-		query = psprintf("SELECT * FROM %s.%s_at(%s::pg_catalog.text, " INT64_FORMAT "::pg_catalog.int8)",
-						 quote_identifier(schema), function, quote_literal_cstr(anchor), lease_id);
-
+	/*
+	 * Outside a transaction block the node runs the call on its own, in one
+	 * round trip, as Citus runs a delegated call made at top level; inside
+	 * one it joins the transaction.  (A function body counts as a block for
+	 * Citus unless function_opens_transaction_block is off.)
+	 */
+	nestlevel = fs_search_path_begin();
+	(void) set_config_option("citus.function_opens_transaction_block", "off",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute(query, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (SPI_execute_plan(fs_cluster_forward_plan(function, with_lease), values, NULL, false, 1) !=
+		SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not send %s() to node group %d", function, node);
 	*result = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull));
 	SPI_finish();
+	fs_search_path_end(nestlevel);
 	return true;
 }
 
@@ -507,6 +543,24 @@ fs_cluster_check_lease_here(const char *function, int64 lease_id)
 				 errmsg("%s_at() for lease " INT64_FORMAT " ran on node group %d, not on group %d that granted it",
 						function, lease_id, fs_cluster_group(), fs_lease_id_node(lease_id)),
 				 errhint("A shard moved meanwhile; call %s() again.", function)));
+}
+
+/*
+ * Refuse `function` on a worker node of a cluster set up with
+ * fs_citus_setup(): schedules are kept and run on the coordinator only, so
+ * that one scheduler claims each run, once for the cluster.
+ */
+void
+fs_cluster_check_coordinator(const char *function)
+{
+	int32		here = fs_cluster_group();
+
+	if (here > 0 && OidIsValid(fs_cluster_setup_table()))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s() runs on the coordinator, not on node group %d", function, here),
+				 errdetail("On a Citus cluster, schedules are kept and run on the coordinator only."),
+				 errhint("Connect to the coordinator and call it there.")));
 }
 
 /*

@@ -17,6 +17,7 @@
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 
+#include "core/cluster.h"
 #include "core/subxact.h"
 #include "limits/limits.h"
 #include "schedules/cron_sql.h"
@@ -829,6 +830,7 @@ fs_claim_due_schedules(PG_FUNCTION_ARGS)
 	Oid			claimer = GetUserId();
 
 	fs_check_primary("take due schedule runs");
+	fs_cluster_check_coordinator("fs_claim_due_schedules");
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

@@ -44,6 +44,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
+#include "core/cluster.h"
 #include "limits/limits.h"
 #include "schedules/cron_sql.h"
 #include "schedules/schedules_int.h"
@@ -374,6 +375,7 @@ fs_schedule(PG_FUNCTION_ARGS)
 	int			attempt;
 
 	fs_check_primary("change a fairshare schedule");
+	fs_cluster_check_coordinator("fs_schedule");
 	fs_schedule_args(fcinfo, &a);
 
 	fs_tables_open(&su);
