@@ -499,6 +499,24 @@ COMMENT ON FUNCTION fs_renew_slot_at(text, bigint, interval) IS
 REVOKE ALL ON FUNCTION fs_renew_slot_at(text, bigint, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fs_renew_slot_at(text, bigint, interval) TO fairshare_app;
 
+CREATE FUNCTION fs_worker_heartbeat_at(node_anchor text, worker text, threads integer, queue text DEFAULT 'default')
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_worker_heartbeat_at';
+COMMENT ON FUNCTION fs_worker_heartbeat_at(text, text, integer, text) IS
+'fs_worker_heartbeat() on the node that holds node_anchor''s shard (Citus delegates it there); what fs_worker_heartbeat() on the coordinator calls for every node';
+REVOKE ALL ON FUNCTION fs_worker_heartbeat_at(text, text, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_worker_heartbeat_at(text, text, integer, text) TO fairshare_worker;
+
+CREATE FUNCTION fs_report_latency_at(node_anchor text, latency interval, queue text DEFAULT 'default')
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_report_latency_at';
+COMMENT ON FUNCTION fs_report_latency_at(text, interval, text) IS
+'fs_report_latency() on the node that holds node_anchor''s shard (Citus delegates it there); what fs_report_latency() on the coordinator calls for every node';
+REVOKE ALL ON FUNCTION fs_report_latency_at(text, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_report_latency_at(text, interval, text) TO fairshare_worker;
+
 CREATE FUNCTION fs_lease_node(lease_id bigint)
 RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -593,6 +611,11 @@ BEGIN
     PERFORM create_distributed_function('@extschema@.fs_release_slot_at(text,bigint)', 'node_anchor',
                                         colocate_with => colocate_with::text, force_delegation => true);
     PERFORM create_distributed_function('@extschema@.fs_renew_slot_at(text,bigint,interval)', 'node_anchor',
+                                        colocate_with => colocate_with::text, force_delegation => true);
+    -- Heartbeats and latency reports sent to the coordinator reach every node.
+    PERFORM create_distributed_function('@extschema@.fs_worker_heartbeat_at(text,text,integer,text)', 'node_anchor',
+                                        colocate_with => colocate_with::text, force_delegation => true);
+    PERFORM create_distributed_function('@extschema@.fs_report_latency_at(text,interval,text)', 'node_anchor',
                                         colocate_with => colocate_with::text, force_delegation => true);
 END
 $$;

@@ -32,7 +32,9 @@
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -43,6 +45,7 @@
 #include "core/common.h"
 #include "core/compat.h"
 #include "core/run_as.h"
+#include "core/subxact.h"
 #include "core/shmem.h"
 
 PG_FUNCTION_INFO_V1(fs_tenant_node);
@@ -439,92 +442,197 @@ fs_cluster_anchor(int32 group)
 	return anchors[group] < 0 ? NULL : psprintf(FS_ANCHOR_FORMAT, anchors[group]);
 }
 
+/* The kept plans of the _at functions, by function and schema. */
+typedef struct FsForwardPlan
+{
+	const char *function;		/* a string constant of the caller's */
+	char		schema[NAMEDATALEN];
+	SPIPlanPtr	plan;
+} FsForwardPlan;
+
+#define FS_FORWARD_PLANS	4
+static FsForwardPlan forward_plans[FS_FORWARD_PLANS];
+
 /*
- * The kept plan of `function`_at(anchor, lease_id [, lease]) for the
- * extension's schema, prepared on first use.  Its arguments are parameters,
- * which Citus plans as constants (a custom plan) and delegates by the
- * anchor; in FROM, since Citus does not delegate a call in the target list
- * of a query run inside a function.
+ * The kept plan of `function`_at($1 anchor, $2, ...) for the extension's
+ * schema, prepared on first use.  Its arguments are parameters, which
+ * Citus plans as constants (a custom plan) and delegates by the anchor; in
+ * FROM, since Citus does not delegate a call in the target list of a query
+ * run inside a function.
  */
 static SPIPlanPtr
-fs_cluster_forward_plan(const char *function, bool with_lease)
+fs_cluster_forward_plan(const char *function, int nargs, Oid *argtypes)
 {
-	static SPIPlanPtr plans[2];
-	static char plan_schema[2][NAMEDATALEN];
-	Oid			argtypes[3] = {TEXTOID, INT8OID, INTERVALOID};
 	char	   *schema = get_namespace_name(fs_get_extension_schema(get_extension_oid("fairshare", false)));
-	int			k = with_lease ? 1 : 0;
+	FsForwardPlan *slot = NULL;
+	StringInfoData sql;
 	SPIPlanPtr	plan;
+	int			i;
 
-	if (plans[k] != NULL && strcmp(plan_schema[k], schema) == 0)
-		return plans[k];
-	plan = SPI_prepare(psprintf("SELECT * FROM %s.%s_at($1, $2%s)", quote_identifier(schema), function,
-								with_lease ? ", $3" : ""),
-					   with_lease ? 3 : 2, argtypes);
+	for (i = 0; i < FS_FORWARD_PLANS && slot == NULL; i++)
+		if (forward_plans[i].function == NULL || strcmp(forward_plans[i].function, function) == 0)
+			slot = &forward_plans[i];
+	if (slot == NULL)
+		elog(ERROR, "no room for the plan of %s_at()", function);
+	if (slot->plan != NULL && strcmp(slot->schema, schema) == 0)
+		return slot->plan;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT * FROM %s.%s_at(", quote_identifier(schema), function);
+	for (i = 1; i <= nargs; i++)
+		appendStringInfo(&sql, "%s$%d", i > 1 ? ", " : "", i);
+	appendStringInfoChar(&sql, ')');
+	plan = SPI_prepare(sql.data, nargs, argtypes);
 	if (plan == NULL || SPI_keepplan(plan) != 0)
 		elog(ERROR, "could not prepare %s_at(): %s", function, SPI_result_code_string(SPI_result));
-	if (plans[k] != NULL)
-		SPI_freeplan(plans[k]);
-	plans[k] = plan;
-	strlcpy(plan_schema[k], schema, NAMEDATALEN);
+	if (slot->plan != NULL)
+		SPI_freeplan(slot->plan);
+	slot->plan = plan;
+	slot->function = function;
+	strlcpy(slot->schema, schema, NAMEDATALEN);
 	return plan;
 }
 
 /*
- * Send a release or renew of another node's lease to that node:
- * `function`_at(anchor, lease_id [, lease]) with an anchor whose shard is
- * there, which Citus delegates.  `lease_usecs` < 0: a release.  False when
- * this database is not set up for a cluster (the lease is unknown here);
- * otherwise *result and *isnull are the node's answer.
+ * Run `function`_at(anchor, values[1..]) on node group `node`: the anchor
+ * (values[0], filled in here) is a value whose shard is there, by which
+ * Citus delegates the call.  The first column of its answer goes to
+ * *result and *isnull.  Outside a transaction block the node runs the call
+ * on its own, in one round trip, as Citus runs a delegated call made at top
+ * level; inside one it joins the transaction.  (A function body counts as a
+ * block for Citus unless function_opens_transaction_block is off.)
  */
-bool
-fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs,
-						 bool *result, bool *isnull)
+static void
+fs_cluster_forward(int32 node, const char *function, int nargs, Oid *argtypes, Datum *values,
+				   Datum *result, bool *isnull)
 {
-	Oid			table = fs_cluster_setup_table();
-	int32		node = fs_lease_id_node(lease_id);
-	bool		with_lease = lease_usecs >= 0;
-	Interval	interval;
-	Datum		values[3];
-	char	   *anchor;
+	char	   *anchor = fs_cluster_anchor(node);
 	int			nestlevel;
 
-	if (!OidIsValid(table))
-		return false;
-	if (!map_valid)
-		fs_cluster_load_map(table);
-	anchor = fs_cluster_anchor(node);
 	if (anchor == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("lease " INT64_FORMAT " was granted by node group %d, which holds no shard of \"%s\"",
-						lease_id, node, get_rel_name(table)),
-				 errhint("The lease is lost with its node; it expires there if the node comes back.")));
-	interval.month = 0;
-	interval.day = 0;
-	interval.time = Max(lease_usecs, 0);
+				 errmsg("node group %d holds no shard of \"%s\"", node, get_rel_name(setup_table)),
+				 errhint("The node left the cluster, or holds no shard since a rebalance.")));
 	values[0] = CStringGetTextDatum(anchor);
-	values[1] = Int64GetDatum(lease_id);
-	values[2] = IntervalPGetDatum(&interval);
 
-	/*
-	 * Outside a transaction block the node runs the call on its own, in one
-	 * round trip, as Citus runs a delegated call made at top level; inside
-	 * one it joins the transaction.  (A function body counts as a block for
-	 * Citus unless function_opens_transaction_block is off.)
-	 */
 	nestlevel = fs_search_path_begin();
 	(void) set_config_option("citus.function_opens_transaction_block", "off",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_plan(fs_cluster_forward_plan(function, with_lease), values, NULL, false, 1) !=
+	if (SPI_execute_plan(fs_cluster_forward_plan(function, nargs, argtypes), values, NULL, false, 1) !=
 		SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not send %s() to node group %d", function, node);
-	*result = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull));
+	*result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
+	if (!*isnull)
+		*result = datumCopy(*result, SPI_tuptable->tupdesc->attrs[0].attbyval,
+							SPI_tuptable->tupdesc->attrs[0].attlen);
 	SPI_finish();
 	fs_search_path_end(nestlevel);
+}
+
+/* The shard map of the setup, loaded; false when not set up. */
+static bool
+fs_cluster_map_ready(void)
+{
+	Oid			table = fs_cluster_setup_table();
+
+	if (!OidIsValid(table))
+		return false;
+	if (!map_valid)
+		fs_cluster_load_map(table);
 	return true;
+}
+
+/*
+ * Send a release or renew of another node's lease to that node.
+ * `lease_usecs` < 0: a release.  False when this database is not set up
+ * for a cluster (the lease is unknown here); otherwise *result and *isnull
+ * are the node's answer.
+ */
+bool
+fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs,
+						 bool *result, bool *isnull)
+{
+	Oid			argtypes[3] = {TEXTOID, INT8OID, INTERVALOID};
+	Datum		values[3];
+	Datum		answer;
+	Interval	interval;
+
+	if (!fs_cluster_map_ready())
+		return false;
+	interval.month = 0;
+	interval.day = 0;
+	interval.time = Max(lease_usecs, 0);
+	values[1] = Int64GetDatum(lease_id);
+	values[2] = IntervalPGetDatum(&interval);
+	fs_cluster_forward(fs_lease_id_node(lease_id), function, lease_usecs >= 0 ? 3 : 2,
+					   argtypes, values, &answer, isnull);
+	*result = *isnull ? false : DatumGetBool(answer);
+	return true;
+}
+
+/* A forward of fs_cluster_broadcast(), run in a subtransaction. */
+typedef struct FsBroadcastOne
+{
+	int32		node;
+	const char *function;
+	int			nargs;
+	Oid		   *argtypes;
+	Datum	   *values;
+} FsBroadcastOne;
+
+static void
+fs_cluster_broadcast_one(void *arg)
+{
+	FsBroadcastOne *b = arg;
+	Datum		answer;
+	bool		isnull;
+
+	fs_cluster_forward(b->node, b->function, b->nargs, b->argtypes, b->values, &answer, &isnull);
+}
+
+/*
+ * On the coordinator, run `function`_at(anchor, values[1..]) on every node
+ * that holds shards, each in a subtransaction: a node that cannot be
+ * reached is a warning, not the caller's error.  Nothing on a worker node
+ * (what is sent there is that node's own), nor when this database is not
+ * set up for a cluster.
+ */
+void
+fs_cluster_broadcast(const char *function, int nargs, Oid *argtypes, Datum *values)
+{
+	int32		here;
+	int			i;
+	int			j;
+
+	here = fs_cluster_group();
+	if (here != 0 || !fs_cluster_map_ready())
+		return;
+	for (i = 0; i < map_count; i++)
+	{
+		int32		node = map_shards[i].group;
+		FsBroadcastOne one = {node, function, nargs, argtypes, values};
+		ErrorData  *edata;
+		bool		seen = node == here || node < 0 || node > FS_LEASE_NODE_MAX;
+
+		for (j = 0; j < i && !seen; j++)
+			seen = map_shards[j].group == node;
+		if (seen)
+			continue;
+		if (!fs_subxact_run(fs_cluster_broadcast_one, &one, NULL, &edata))
+		{
+			ereport(WARNING,
+					(errcode(edata->sqlerrcode),
+					 errmsg("could not send %s() to node group %d: %s", function, node, edata->message),
+					 errhint("The other nodes got it; this one gets the next.")));
+			FreeErrorData(edata);
+		}
+		/* The map may have been reloaded meanwhile (an invalidation). */
+		if (!map_valid)
+			break;
+	}
 }
 
 /*

@@ -41,6 +41,7 @@ extern int32 fs_cluster_tenant_group(const char *tenant);
 extern bool fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs,
 									 bool *result, bool *isnull);
 extern void fs_cluster_check_lease_here(const char *function, int64 lease_id);
+extern void fs_cluster_broadcast(const char *function, int nargs, Oid *argtypes, Datum *values);
 extern void fs_cluster_check_coordinator(const char *function);
 
 #endif							/* FAIRSHARE_CLUSTER_H */

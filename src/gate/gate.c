@@ -46,6 +46,7 @@
 
 #include <math.h>
 
+#include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -54,10 +55,13 @@
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 
+#include "core/cluster.h"
 #include "core/stateformat.h"
 #include "gate/gate.h"
 
 PG_FUNCTION_INFO_V1(fs_worker_heartbeat);
+PG_FUNCTION_INFO_V1(fs_worker_heartbeat_at);
+PG_FUNCTION_INFO_V1(fs_report_latency_at);
 PG_FUNCTION_INFO_V1(fs_report_latency);
 PG_FUNCTION_INFO_V1(fs_worker_state);
 PG_FUNCTION_INFO_V1(fs_queue_state);
@@ -96,6 +100,9 @@ static LWLock *fs_heartbeats_lock = NULL;
 static HTAB *fs_heartbeat_hash = NULL;
 /* Bumped by every change of the table (under its lock EXCLUSIVE). */
 static pg_atomic_uint64 *fs_heartbeats_version = NULL;
+
+static void fs_heartbeat_record(FunctionCallInfo fcinfo, int arg);
+static void fs_latency_record(FunctionCallInfo fcinfo, int arg);
 
 /*
  * The global gate's settings: how long a heartbeat counts, the share of live
@@ -527,10 +534,37 @@ fs_gate_replay_recount(void)
  *
  * A worker reports that it is live with `threads` threads serving `queue`.
  * threads = 0 says it is going away.  If the worker table is full the
- * heartbeat is dropped with a warning (it never fails the caller).
+ * heartbeat is dropped with a warning (it never fails the caller).  On the
+ * coordinator of a Citus cluster it goes to every node as well: a worker
+ * connected there serves tenants of every node, and each node's gate
+ * counts it (a heartbeat sent to a worker node counts there only).
  */
 Datum
 fs_worker_heartbeat(PG_FUNCTION_ARGS)
+{
+	Oid			argtypes[4] = {TEXTOID, TEXTOID, INT4OID, TEXTOID};
+	Datum		values[4] = {0, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2)};
+
+	fs_heartbeat_record(fcinfo, 0);
+	fs_cluster_broadcast("fs_worker_heartbeat", 4, argtypes, values);
+	PG_RETURN_VOID();
+}
+
+/*
+ * fs_worker_heartbeat_at(node_anchor text, worker text, threads int, queue
+ * text) RETURNS void: the heartbeat on the node that holds node_anchor's
+ * shard, where Citus delegates it.
+ */
+Datum
+fs_worker_heartbeat_at(PG_FUNCTION_ARGS)
+{
+	fs_heartbeat_record(fcinfo, 1);
+	PG_RETURN_VOID();
+}
+
+/* Record a heartbeat whose arguments start at `arg`. */
+static void
+fs_heartbeat_record(FunctionCallInfo fcinfo, int arg)
 {
 	FsHeartbeatKey key;
 	char		queue_name[FS_NAME_BUFLEN];
@@ -543,19 +577,19 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
 	worker = NULL;
 	fs_check_primary("record a worker heartbeat");
 	memset(&key, 0, sizeof(key));
-	fs_name_arg(fcinfo, 0, "worker", key.worker);
-	if (PG_ARGISNULL(1))
+	fs_name_arg(fcinfo, arg, "worker", key.worker);
+	if (PG_ARGISNULL(arg + 1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("threads must not be null"),
 				 errhint("Pass the number of threads the worker runs jobs on, or 0 when it stops.")));
-	threads = PG_GETARG_INT32(1);
+	threads = PG_GETARG_INT32(arg + 1);
 	if (threads < 0 || threads > FS_MAX_WORKER_THREADS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("threads must be between 0 and %d, got %d", FS_MAX_WORKER_THREADS, threads),
 				 errhint("Pass the number of threads the worker runs jobs on, or 0 when it stops.")));
-	fs_name_arg(fcinfo, 2, "queue", queue_name);
+	fs_name_arg(fcinfo, arg + 2, "queue", queue_name);
 
 	queue = fs_queue_lookup(queue_name, true);
 	if (queue == NULL)
@@ -564,7 +598,7 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("fairshare queue table is full: heartbeat of worker \"%s\" ignored", key.worker),
 				 errhint("Raise fairshare.max_queues.")));
-		PG_RETURN_VOID();
+		return;
 	}
 	key.queue_id = queue->queue_id;
 	now = fs_now();
@@ -596,7 +630,6 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("fairshare worker table is full: heartbeat of worker \"%s\" ignored", key.worker),
 				 errhint("Raise fairshare.max_workers.")));
-	PG_RETURN_VOID();
 }
 
 /*
@@ -604,10 +637,34 @@ fs_worker_heartbeat(PG_FUNCTION_ARGS)
  *
  * The app reports how long its oldest ready job has waited.  Over
  * fairshare.backpressure_latency, admission into the queue grants nothing
- * until a lower figure is reported or fairshare.worker_ttl passes.
+ * until a lower figure is reported or fairshare.worker_ttl passes.  On the
+ * coordinator of a Citus cluster it goes to every node as well.
  */
 Datum
 fs_report_latency(PG_FUNCTION_ARGS)
+{
+	Oid			argtypes[3] = {TEXTOID, INTERVALOID, TEXTOID};
+	Datum		values[3] = {0, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
+
+	fs_latency_record(fcinfo, 0);
+	fs_cluster_broadcast("fs_report_latency", 3, argtypes, values);
+	PG_RETURN_VOID();
+}
+
+/*
+ * fs_report_latency_at(node_anchor text, latency interval, queue text)
+ * RETURNS void: the report on the node that holds node_anchor's shard.
+ */
+Datum
+fs_report_latency_at(PG_FUNCTION_ARGS)
+{
+	fs_latency_record(fcinfo, 1);
+	PG_RETURN_VOID();
+}
+
+/* Record a latency report whose arguments start at `arg`. */
+static void
+fs_latency_record(FunctionCallInfo fcinfo, int arg)
 {
 	Interval   *latency;
 	float8		latency_ms;
@@ -615,12 +672,12 @@ fs_report_latency(PG_FUNCTION_ARGS)
 	FsQueue    *queue;
 
 	fs_check_primary("report a queue latency");
-	if (PG_ARGISNULL(0))
+	if (PG_ARGISNULL(arg))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("latency must not be null"),
 				 errhint("Pass how long the oldest ready job has waited, such as '1.5 seconds'.")));
-	latency = PG_GETARG_INTERVAL_P(0);
+	latency = PG_GETARG_INTERVAL_P(arg);
 	latency_ms = ((float8) latency->time +
 				  ((float8) latency->month * DAYS_PER_MONTH + latency->day) * USECS_PER_DAY) / 1000.0;
 	if (latency_ms < 0)
@@ -628,11 +685,10 @@ fs_report_latency(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("latency must not be negative"),
 				 errhint("Pass how long the oldest ready job has waited, such as '1.5 seconds'.")));
-	fs_name_arg(fcinfo, 1, "queue", queue_name);
+	fs_name_arg(fcinfo, arg + 1, "queue", queue_name);
 	queue = fs_queue_lookup(queue_name, true);
 	if (queue != NULL)
 		fs_gate_set_latency(queue, latency_ms, fs_now());
-	PG_RETURN_VOID();
 }
 
 /* fs_worker_state(): the heartbeat table, for this database's queues. */
