@@ -1156,12 +1156,15 @@ LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'fs_tenant_node';
 COMMENT ON FUNCTION fs_tenant_node(text) IS
 'the Citus node group that decides for a tenant (holds its shard of the fs_cluster table), NULL on a single server';
+REVOKE ALL ON FUNCTION fs_tenant_node(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_tenant_node(text) TO pg_monitor, fairshare_app, fairshare_worker, fairshare_admin;
 
 CREATE FUNCTION fs_citus_setup(colocate_with regclass)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 -- Citus copies a reference table's triggers to its placements only so.
 SET citus.enable_unsafe_triggers = on
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -1176,7 +1179,7 @@ BEGIN
                   HINT = 'Load Citus first (shared_preload_libraries = ''citus,fairshare'') and run CREATE EXTENSION citus.';
     END IF;
     IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) <> 0 THEN
-        RAISE EXCEPTION 'fs_citus_setup() runs on the coordinator'
+        RAISE EXCEPTION 'fs_citus_setup() must be called on the coordinator'
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Connect to the coordinator (node group 0) and call it there.';
     END IF;
@@ -1210,9 +1213,10 @@ BEGIN
                   HINT = 'Tenants are placed by their bytes: use a deterministic collation.';
     END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_dist_node WHERE groupid > 1023) THEN
-        RAISE EXCEPTION 'a node group id is above 1023'
+        RAISE EXCEPTION 'node group % is above 1023',
+                        (SELECT max(groupid) FROM pg_catalog.pg_dist_node)
             USING ERRCODE = 'program_limit_exceeded',
-                  HINT = 'Lease ids name node groups 0 to 1023.';
+                  HINT = 'Lease ids name node groups 0 to 1023: add that node again to give it a lower group id.';
     END IF;
 
     -- The settings are reference tables, with their triggers on every node:

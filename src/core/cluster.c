@@ -26,19 +26,21 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
-#include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "core/cluster.h"
@@ -62,17 +64,29 @@ typedef struct FsShard
 static int32 group_cached = -1;
 static Oid	group_relid = InvalidOid;	/* pg_dist_local_group; invalid: no Citus */
 
-/* The setup: loaded for the limits generation `setup_generation`. */
+/* This backend knows that its database has no Citus (cluster.h's fast paths). */
+bool		fs_cluster_absent = false;
+
+/*
+ * The setup: loaded for the limits generation `setup_generation`; never
+ * kept while this transaction changed the settings (setup_dirty).
+ */
 static bool setup_loaded = false;
+static bool setup_dirty = false;
 static uint32 setup_generation = 0;
 static Oid	setup_table = InvalidOid;	/* invalid: not set up */
 
-/* The shard map of setup_table, sorted by min_hash. */
+/*
+ * The shard map of setup_table, sorted by min_hash; valid until an
+ * invalidation (counted in map_invalidations, so that one arriving while
+ * the map loads is not lost).
+ */
 static bool map_valid = false;
+static uint64 map_invalidations = 0;
 static FsShard *map_shards = NULL;
 static int	map_count = 0;
 
-/* An anchor per node: a value whose shard is on that node (-1: not found yet). */
+/* An anchor per node: a value whose shard is on that node (-1: not looked for, -2: none). */
 static int32 anchors[FS_LEASE_NODE_MAX + 1];
 
 #define FS_ANCHOR_FORMAT	"fairshare-node-%d"
@@ -84,9 +98,38 @@ fs_cluster_relcache_callback(Datum arg pg_attribute_unused(), Oid relid)
 {
 	/* Without Citus any invalidation may be its creation: look again. */
 	if (relid == InvalidOid || relid == group_relid || !OidIsValid(group_relid))
+	{
 		group_cached = -1;
+		fs_cluster_absent = false;
+	}
 	if (relid == InvalidOid || relid == setup_table)
+	{
 		map_valid = false;
+		map_invalidations++;
+	}
+}
+
+/* Transaction end: settings this transaction changed are read again. */
+static void
+fs_cluster_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	if (setup_dirty && (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+						event == XACT_EVENT_PREPARE))
+	{
+		setup_dirty = false;
+		setup_loaded = false;
+	}
+}
+
+/*
+ * This transaction changed fairshare's settings (fs_limits' trigger): read
+ * the setup again, and keep nothing read before the transaction ends.
+ */
+void
+fs_cluster_forget(void)
+{
+	setup_dirty = true;
+	setup_loaded = false;
 }
 
 /* Register the invalidation callback (at _PG_init). */
@@ -94,6 +137,7 @@ void
 fs_cluster_init(void)
 {
 	CacheRegisterRelcacheCallback(fs_cluster_relcache_callback, (Datum) 0);
+	RegisterXactCallback(fs_cluster_xact_callback, NULL);
 }
 
 /* Column `name` of catalog relation `relid`, or an error. */
@@ -144,12 +188,13 @@ fs_cluster_group(void)
 	}
 	/* Negative while Citus upgrades its metadata: a group of its own, 0. */
 	group_cached = Max(group, 0);
+	fs_cluster_absent = !OidIsValid(group_relid);
 	return group_cached;
 }
 
 /* A lease id as this node hands it out: its group in the high bits. */
 int64
-fs_lease_id_out(int64 local_id)
+fs_lease_id_out_slow(int64 local_id)
 {
 	int32		group = fs_cluster_group();
 
@@ -180,13 +225,9 @@ fs_lease_id_in(int64 lease_id, int64 *local_id)
 {
 	int32		group = fs_cluster_group();
 
-	if (group == 0)
-	{
-		*local_id = lease_id;
-		return lease_id < 0 || fs_lease_id_node(lease_id) == 0;
-	}
-	*local_id = lease_id & FS_LEASE_LOCAL_MASK;
-	return lease_id >= 0 && fs_lease_id_node(lease_id) == group;
+	Assert(lease_id > 0);
+	*local_id = group == 0 ? lease_id : (lease_id & FS_LEASE_LOCAL_MASK);
+	return fs_lease_id_node(lease_id) == group;
 }
 
 /*
@@ -217,10 +258,16 @@ fs_cluster_setup_table(void)
 		char	   *query = psprintf("SELECT colocate_with FROM %s.fs_cluster LIMIT 1",
 									 quote_identifier(get_namespace_name(get_rel_namespace(relid))));
 
+		Snapshot	snapshot;
+
+		/* As committed now, not as this transaction's snapshot has it. */
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		if (SPI_execute(query, true, 1) != SPI_OK_SELECT)
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		if (SPI_execute_snapshot(SPI_prepare(query, 0, NULL), NULL, NULL, snapshot,
+								 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not read fs_cluster");
+		UnregisterSnapshot(snapshot);
 		if (SPI_processed == 1)
 		{
 			bool		isnull;
@@ -235,7 +282,7 @@ fs_cluster_setup_table(void)
 		map_valid = false;
 	setup_table = table;
 	setup_generation = generation;
-	setup_loaded = true;
+	setup_loaded = !setup_dirty;
 	return table;
 }
 
@@ -264,6 +311,8 @@ fs_cluster_load_map(Oid table)
 	int64	   *shard_ids;
 	int			count = 0;
 	int			capacity = 64;
+	uint64		invalidations = map_invalidations;
+	FsShard    *kept;
 	int			i;
 
 	if (!OidIsValid(shard_relid) || !OidIsValid(placement_relid))
@@ -338,15 +387,17 @@ fs_cluster_load_map(Oid table)
 	qsort(shards, count, sizeof(FsShard), fs_shard_cmp);
 
 	/* Kept for the backend's life; built first, so an error leaks nothing. */
+	kept = MemoryContextAlloc(TopMemoryContext, sizeof(FsShard) * Max(count, 1));
+	memcpy(kept, shards, sizeof(FsShard) * count);
+	pfree(shards);
 	if (map_shards != NULL)
 		pfree(map_shards);
-	map_shards = MemoryContextAlloc(TopMemoryContext, sizeof(FsShard) * Max(count, 1));
-	memcpy(map_shards, shards, sizeof(FsShard) * count);
-	pfree(shards);
+	map_shards = kept;
 	map_count = count;
 	for (i = 0; i <= FS_LEASE_NODE_MAX; i++)
 		anchors[i] = -1;
-	map_valid = true;
+	/* An invalidation that came while the catalogs were read: load again. */
+	map_valid = map_invalidations == invalidations;
 }
 
 /* The group whose shard holds hash value `hash`, or -1. */
@@ -403,7 +454,7 @@ fs_cluster_tenant_group(const char *tenant)
  * top-level call to the owner; other call shapes run where they are called.
  */
 void
-fs_cluster_check_owner(const char *function, const char *tenant)
+fs_cluster_check_owner_slow(const char *function, const char *tenant)
 {
 	int32		owner = fs_cluster_tenant_group(tenant);
 	int32		here;
@@ -411,6 +462,12 @@ fs_cluster_check_owner(const char *function, const char *tenant)
 	if (owner < 0)
 		return;
 	here = fs_cluster_group();
+	if (here > FS_LEASE_NODE_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("node group %d is above %d, the largest a lease id can name", here,
+						FS_LEASE_NODE_MAX),
+				 errhint("Add the node to the cluster again so that it gets a lower group id.")));
 	if (owner != here)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -427,11 +484,19 @@ fs_cluster_anchor(int32 group)
 {
 	int32		i;
 
-	if (anchors[group] < 0)
-		for (i = 0; i < FS_ANCHOR_TRIES; i++)
+	if (anchors[group] == -1)
+	{
+		bool		held = false;
+
+		for (i = 0; i < map_count && !held; i++)
+			held = map_shards[i].group == group;
+		anchors[group] = -2;
+		for (i = 0; held && i < FS_ANCHOR_TRIES; i++)
 		{
 			char		value[32];
 
+			if ((i & 1023) == 0)
+				CHECK_FOR_INTERRUPTS();
 			snprintf(value, sizeof(value), FS_ANCHOR_FORMAT, i);
 			if (fs_cluster_group_of_hash(fs_cluster_hash(value)) == group)
 			{
@@ -439,6 +504,7 @@ fs_cluster_anchor(int32 group)
 				break;
 			}
 		}
+	}
 	return anchors[group] < 0 ? NULL : psprintf(FS_ANCHOR_FORMAT, anchors[group]);
 }
 
@@ -523,11 +589,13 @@ fs_cluster_forward(int32 node, const char *function, int nargs, Oid *argtypes, D
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute_plan(fs_cluster_forward_plan(function, nargs, argtypes), values, NULL, false, 1) !=
 		SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not send %s() to node group %d", function, node);
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("%s_at() on node group %d returned no row", function, node)));
 	*result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
 	if (!*isnull)
-		*result = datumCopy(*result, SPI_tuptable->tupdesc->attrs[0].attbyval,
-							SPI_tuptable->tupdesc->attrs[0].attlen);
+		*result = SPI_datumTransfer(*result, TupleDescAttr(SPI_tuptable->tupdesc, 0)->attbyval,
+									TupleDescAttr(SPI_tuptable->tupdesc, 0)->attlen);
 	SPI_finish();
 	fs_search_path_end(nestlevel);
 }
@@ -562,6 +630,18 @@ fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs
 
 	if (!fs_cluster_map_ready())
 		return false;
+	if (fs_cluster_anchor(fs_lease_id_node(lease_id)) == NULL)
+	{
+		/* The coordinator holds no shard: Citus cannot send a call there. */
+		if (fs_lease_id_node(lease_id) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("lease " INT64_FORMAT " was granted by the coordinator", lease_id),
+					 errhint("Call %s() on the coordinator.", function)));
+		*result = false;		/* no node of that group holds anything: unknown */
+		*isnull = false;
+		return true;
+	}
 	interval.month = 0;
 	interval.day = 0;
 	interval.time = Max(lease_usecs, 0);
@@ -669,6 +749,40 @@ fs_cluster_check_coordinator(const char *function)
 				 errmsg("%s() runs on the coordinator, not on node group %d", function, here),
 				 errdetail("On a Citus cluster, schedules are kept and run on the coordinator only."),
 				 errhint("Connect to the coordinator and call it there.")));
+}
+
+/*
+ * Whether `relid` is a table Citus distributes (a distributed or reference
+ * table): pg_dist_partition has it.  False without Citus.
+ */
+bool
+fs_cluster_is_distributed(Oid relid)
+{
+	Oid			catalog;
+	AttrNumber	attnum;
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	bool		found = false;
+
+	if (fs_cluster_group() == 0 && !OidIsValid(group_relid))
+		return false;
+	catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(catalog))
+		return false;
+	attnum = fs_catalog_attnum(catalog, "logicalrelid");
+	rel = table_open(catalog, AccessShareLock);
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+	while (!found && HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tuple, attnum, RelationGetDescr(rel), &isnull);
+
+		found = !isnull && DatumGetObjectId(d) == relid;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
 }
 
 /*

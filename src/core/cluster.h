@@ -31,17 +31,44 @@
 #define FS_LEASE_NODE_MAX		1023
 #define FS_LEASE_LOCAL_MASK		((INT64CONST(1) << FS_LEASE_NODE_SHIFT) - 1)
 
+extern PGDLLIMPORT bool fs_cluster_absent;
+
 extern void fs_cluster_init(void);
+extern void fs_cluster_forget(void);
 extern int32 fs_cluster_group(void);
-extern int64 fs_lease_id_out(int64 local_id);
+extern int64 fs_lease_id_out_slow(int64 local_id);
+extern void fs_cluster_check_owner_slow(const char *function, const char *tenant);
 extern int32 fs_lease_id_node(int64 lease_id);
 extern bool fs_lease_id_in(int64 lease_id, int64 *local_id);
-extern void fs_cluster_check_owner(const char *function, const char *tenant);
 extern int32 fs_cluster_tenant_group(const char *tenant);
 extern bool fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs,
 									 bool *result, bool *isnull);
 extern void fs_cluster_check_lease_here(const char *function, int64 lease_id);
 extern void fs_cluster_broadcast(const char *function, int nargs, Oid *argtypes, Datum *values);
 extern void fs_cluster_check_coordinator(const char *function);
+extern bool fs_cluster_is_distributed(Oid relid);
+
+/*
+ * The fast paths, for a server without Citus (once this backend has looked):
+ * lease ids are a single server's, and every tenant is this server's.
+ */
+
+/* A lease id as this node hands it out. */
+static inline int64
+fs_lease_id_out(int64 local_id)
+{
+	return fs_cluster_absent ? local_id : fs_lease_id_out_slow(local_id);
+}
+
+/*
+ * Refuse a decision for `tenant` on a node that does not own it: its slots
+ * and budget are counted on the owner only.
+ */
+static inline void
+fs_cluster_check_owner(const char *function, const char *tenant)
+{
+	if (!fs_cluster_absent)
+		fs_cluster_check_owner_slow(function, tenant);
+}
 
 #endif							/* FAIRSHARE_CLUSTER_H */

@@ -4,9 +4,23 @@
  *	  Changes of prepared transactions, published when they commit (see
  *	  prepared.h for what and why).
  *
+ * A note is taken at PREPARE, for the transaction's xid, and dropped when
+ * the transaction is over: by the preparing backend if the PREPARE fails,
+ * otherwise by whichever backend runs the next COMMIT or ROLLBACK PREPARED
+ * (a committed one is published then).
+ *
+ * A transaction with an xid below the boundary may have been prepared
+ * without a note: before this shared memory was made (a restart, a crash),
+ * on the primary this server was a standby of (a promotion), or while the
+ * table of notes was full.  The boundary is the next xid when this server
+ * first took or looked at notes as a primary, raised when the table
+ * overflows; such a transaction is published for every kind when it
+ * commits.  The boundary is forgotten once no prepared transaction below it
+ * is left.
+ *
  * Locking: the table of notes is protected by its spinlock, held only to
- * copy, add or remove entries; commit-log lookups and publishing happen
- * with no lock held.
+ * copy, add or remove entries; commit-log lookups, queries and publishing
+ * happen with no lock held.
  *
  *-------------------------------------------------------------------------
  */
@@ -15,6 +29,7 @@
 #include "access/transam.h"
 #include "access/twophase.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "nodes/parsenodes.h"
@@ -24,7 +39,6 @@
 #include "storage/spin.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
-#include "utils/timestamp.h"
 
 #include "core/prepared.h"
 
@@ -38,15 +52,13 @@ typedef struct FsPreparedNote
 typedef struct FsPreparedShared
 {
 	slock_t		mutex;			/* protects everything below */
-	TimestampTz started_at;		/* when this shared memory was made */
 
 	/*
-	 * Transactions prepared before started_at may exist, with no note: each
-	 * is published for every kind when it commits.  Cleared when none is
-	 * left.
+	 * Transactions with an xid below `boundary` may be prepared with no note
+	 * (while `older_may_exist`); invalid until first set, as a primary.
 	 */
+	FullTransactionId boundary;
 	bool		older_may_exist;
-	bool		overflowed;		/* a note found no room: publish every kind */
 	int			count;
 	FsPreparedNote notes[FLEXIBLE_ARRAY_MEMBER];
 } FsPreparedShared;
@@ -54,6 +66,9 @@ typedef struct FsPreparedShared
 static FsPreparedShared *fs_prepared = NULL;
 static FsPreparedPublish publishers[FS_PREPARED_NKINDS];
 static ProcessUtility_hook_type prev_process_utility = NULL;
+
+/* The note this backend took for the transaction it is preparing. */
+static TransactionId noted_xid = InvalidTransactionId;
 
 /* Room for every prepared transaction, and the one being prepared. */
 static int
@@ -87,9 +102,8 @@ fs_prepared_shmem_init(void)
 	if (!found)
 	{
 		SpinLockInit(&fs_prepared->mutex);
-		fs_prepared->started_at = GetCurrentTimestamp();
+		fs_prepared->boundary = InvalidFullTransactionId;
 		fs_prepared->older_may_exist = true;
-		fs_prepared->overflowed = false;
 		fs_prepared->count = 0;
 	}
 }
@@ -117,55 +131,99 @@ fs_prepared_publish(uint32 kinds)
 }
 
 /*
+ * The boundary below which a prepared transaction may have no note; set to
+ * the next xid the first time a primary asks, or (with `raise`) now.
+ */
+static FullTransactionId
+fs_prepared_boundary(bool raise)
+{
+	FullTransactionId boundary;
+	FullTransactionId next;
+
+	if (RecoveryInProgress())
+		return InvalidFullTransactionId;
+	next = ReadNextFullTransactionId();
+	SpinLockAcquire(&fs_prepared->mutex);
+	if (raise || !FullTransactionIdIsValid(fs_prepared->boundary))
+	{
+		fs_prepared->boundary = next;
+		if (raise)
+			fs_prepared->older_may_exist = true;
+	}
+	boundary = fs_prepared->boundary;
+	SpinLockRelease(&fs_prepared->mutex);
+	return boundary;
+}
+
+/* Remove the note of `xid`, if there is one. */
+static void
+fs_prepared_forget(TransactionId xid)
+{
+	int			i;
+
+	SpinLockAcquire(&fs_prepared->mutex);
+	for (i = 0; i < fs_prepared->count; i++)
+		if (fs_prepared->notes[i].xid == xid)
+		{
+			fs_prepared->notes[i] = fs_prepared->notes[--fs_prepared->count];
+			break;
+		}
+	SpinLockRelease(&fs_prepared->mutex);
+}
+
+/*
  * Drop the notes of transactions that are over, and return the kinds of
- * those that committed.  A transaction whose PREPARE failed after its note
- * was taken aborted, so its note goes too.
+ * those that committed.  Looked at in batches, with no lock held during the
+ * commit-log lookups.
  */
 static uint32
 fs_prepared_settle(void)
 {
-	FsPreparedNote over[64];
-	int			nover = 0;
+	FsPreparedNote batch[64];
+	TransactionId over[64];
 	uint32		committed = 0;
-	int			i;
-	int			j;
+	int			start = 0;
 
-	if (fs_prepared == NULL)
-		return 0;
-
-	/* Which notes are over: commit-log lookups, with no lock held. */
-	SpinLockAcquire(&fs_prepared->mutex);
-	for (i = 0; i < fs_prepared->count && nover < (int) lengthof(over); i++)
-		over[nover++] = fs_prepared->notes[i];
-	SpinLockRelease(&fs_prepared->mutex);
-	for (i = 0, j = 0; i < nover; i++)
+	for (;;)
 	{
-		/* A prepared transaction is in progress until it is finished. */
-		if (TransactionIdIsInProgress(over[i].xid))
-			continue;
-		if (TransactionIdDidCommit(over[i].xid))
-			committed |= over[i].kinds;
-		over[j++] = over[i];
-	}
-	nover = j;
+		int			n = 0;
+		int			nover = 0;
+		int			i;
+		TransactionId oldest_clog;
 
-	/* Remove them (other notes may have come and gone meanwhile). */
-	SpinLockAcquire(&fs_prepared->mutex);
-	for (i = 0; i < nover; i++)
-		for (j = 0; j < fs_prepared->count; j++)
-			if (fs_prepared->notes[j].xid == over[i].xid)
-			{
-				fs_prepared->notes[j] = fs_prepared->notes[--fs_prepared->count];
-				break;
-			}
-	SpinLockRelease(&fs_prepared->mutex);
+		SpinLockAcquire(&fs_prepared->mutex);
+		for (i = start; i < fs_prepared->count && n < (int) lengthof(batch); i++)
+			batch[n++] = fs_prepared->notes[i];
+		SpinLockRelease(&fs_prepared->mutex);
+		if (n == 0)
+			break;
+
+		oldest_clog = ShmemVariableCache->oldestClogXid;
+		for (i = 0; i < n; i++)
+		{
+			/* A prepared transaction is in progress until it is finished. */
+			if (TransactionIdIsInProgress(batch[i].xid))
+				continue;
+			/* Past the commit log's horizon it is long over: publish it, to be safe. */
+			if (TransactionIdPrecedes(batch[i].xid, oldest_clog) ||
+				TransactionIdDidCommit(batch[i].xid))
+				committed |= batch[i].kinds;
+			over[nover++] = batch[i].xid;
+		}
+		for (i = 0; i < nover; i++)
+			fs_prepared_forget(over[i]);
+		/* Removal moves notes from the end into the gaps: look again there. */
+		start += n - nover;
+	}
 	return committed;
 }
 
 /*
  * Note that the transaction being prepared made changes of `kinds`, to be
  * published when it commits.  Called at XACT_EVENT_PRE_PREPARE; a
- * transaction with no xid changed nothing.
+ * transaction with no xid changed nothing.  With no room left (which takes
+ * notes that no COMMIT or ROLLBACK PREPARED settled), every transaction
+ * prepared until now is published for every kind when it commits.
  */
 void
 fs_prepared_note(uint32 kinds)
@@ -177,10 +235,11 @@ fs_prepared_note(uint32 kinds)
 
 	if (fs_prepared == NULL || !TransactionIdIsValid(xid))
 		return;
+	(void) fs_prepared_boundary(false);
 	for (attempt = 0; attempt < 2 && !added; attempt++)
 	{
 		if (attempt > 0)
-			(void) fs_prepared_settle();	/* notes of failed PREPAREs */
+			(void) fs_prepared_settle();
 		SpinLockAcquire(&fs_prepared->mutex);
 		for (i = 0; i < fs_prepared->count; i++)
 			if (fs_prepared->notes[i].xid == xid)
@@ -197,41 +256,67 @@ fs_prepared_note(uint32 kinds)
 			fs_prepared->count++;
 			added = true;
 		}
-		else if (attempt > 0)
-			fs_prepared->overflowed = true;
 		SpinLockRelease(&fs_prepared->mutex);
 	}
+	if (added)
+		noted_xid = xid;
+	else
+		(void) fs_prepared_boundary(true);	/* this xid is below it too */
 }
 
 /*
- * Whether the prepared transaction `gid` was prepared before this shared
- * memory was made (so it has no note), and whether it is the last one
- * that was.  Asked only while such transactions may exist.
+ * Transaction end in the preparing backend: a PREPARE that failed takes its
+ * note back; one that succeeded leaves it to COMMIT or ROLLBACK PREPARED.
+ */
+static void
+fs_prepared_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	if (!TransactionIdIsValid(noted_xid))
+		return;
+	if (event == XACT_EVENT_ABORT && fs_prepared != NULL)
+		fs_prepared_forget(noted_xid);
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+		noted_xid = InvalidTransactionId;
+}
+
+/*
+ * Whether the prepared transaction `gid` has an xid below `boundary` (so it
+ * may have no note), and whether no other prepared transaction does.
+ * Asked before COMMIT or ROLLBACK PREPARED, while such transactions may
+ * exist.
  */
 static bool
-fs_prepared_is_older(const char *gid, bool *last_older)
+fs_prepared_is_older(const char *gid, FullTransactionId boundary, bool *last_older)
 {
-	Oid			argtypes[2] = {TIMESTAMPTZOID, TEXTOID};
-	Datum		values[2];
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
 	bool		older = false;
-	bool		isnull;
+	int			others = 0;
+	uint64		i;
 
-	values[0] = TimestampTzGetDatum(fs_prepared->started_at);
-	values[1] = CStringGetTextDatum(gid);
-	*last_older = false;
+	values[0] = CStringGetTextDatum(gid);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_with_args("SELECT coalesce(bool_or(gid OPERATOR(pg_catalog.=) $2), false),"
-							  "       count(*) FILTER (WHERE gid OPERATOR(pg_catalog.<>) $2)"
-							  "  FROM pg_catalog.pg_prepared_xacts"
-							  " WHERE prepared OPERATOR(pg_catalog.<) $1",
-							  2, argtypes, values, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
+	if (SPI_execute_with_args("SELECT gid OPERATOR(pg_catalog.=) $1, transaction"
+							  "  FROM pg_catalog.pg_prepared_xacts",
+							  1, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_prepared_xacts");
-	older = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	*last_older = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
-											  &isnull)) == 0;
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		bool		this_one = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+														  SPI_tuptable->tupdesc, 1, &isnull));
+		TransactionId xid = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[i],
+																SPI_tuptable->tupdesc, 2, &isnull));
+		bool		below = TransactionIdPrecedes(xid, XidFromFullTransactionId(boundary));
+
+		if (this_one)
+			older = below;
+		else if (below)
+			others++;
+	}
 	SPI_finish();
+	*last_older = others == 0;
 	return older;
 }
 
@@ -247,9 +332,9 @@ fs_prepared_process_utility(PlannedStmt *pstmt, const char *queryString, bool re
 {
 	Node	   *parsetree = pstmt->utilityStmt;
 	TransactionStmt *stmt = NULL;
+	FullTransactionId boundary = InvalidFullTransactionId;
 	bool		older = false;
 	bool		last_older = false;
-	bool		overflowed = false;
 	uint32		kinds;
 
 	if (IsA(parsetree, TransactionStmt))
@@ -262,12 +347,13 @@ fs_prepared_process_utility(PlannedStmt *pstmt, const char *queryString, bool re
 	{
 		bool		may_be_older;
 
+		boundary = fs_prepared_boundary(false);
+
 		SpinLockAcquire(&fs_prepared->mutex);
 		may_be_older = fs_prepared->older_may_exist;
-		overflowed = fs_prepared->overflowed;
 		SpinLockRelease(&fs_prepared->mutex);
-		if (may_be_older)
-			older = fs_prepared_is_older(stmt->gid, &last_older);
+		if (may_be_older && FullTransactionIdIsValid(boundary))
+			older = fs_prepared_is_older(stmt->gid, boundary, &last_older);
 	}
 
 	if (prev_process_utility)
@@ -278,21 +364,24 @@ fs_prepared_process_utility(PlannedStmt *pstmt, const char *queryString, bool re
 	if (stmt == NULL || fs_prepared == NULL)
 		return;
 	kinds = fs_prepared_settle();
-	if (stmt->kind == TRANS_STMT_COMMIT_PREPARED && (older || overflowed))
+	if (stmt->kind == TRANS_STMT_COMMIT_PREPARED && older)
 		kinds = (1U << FS_PREPARED_NKINDS) - 1;
 	if (last_older)
 	{
+		/* Unless an overflow raised the boundary meanwhile. */
 		SpinLockAcquire(&fs_prepared->mutex);
-		fs_prepared->older_may_exist = false;
+		if (FullTransactionIdEquals(fs_prepared->boundary, boundary))
+			fs_prepared->older_may_exist = false;
 		SpinLockRelease(&fs_prepared->mutex);
 	}
 	fs_prepared_publish(kinds);
 }
 
-/* Install the ProcessUtility hook (at _PG_init). */
+/* Install the ProcessUtility hook and the preparing backend's callback (at _PG_init). */
 void
 fs_prepared_init(void)
 {
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = fs_prepared_process_utility;
+	RegisterXactCallback(fs_prepared_xact_callback, NULL);
 }

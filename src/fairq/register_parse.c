@@ -55,6 +55,7 @@
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 
+#include "core/cluster.h"
 #include "core/subxact.h"
 #include "fairq/fairqueue_int.h"
 #include "fairq/register_int.h"
@@ -647,6 +648,13 @@ fs_open_table(Oid relid, const char *what, const char *queue_name)
 				 errmsg("%s of queue \"%s\" has a column named \"%s\", a name fairshare reserves",
 						what, queue_name, FS_ROW_ALIAS),
 				 errhint("Rename that column.")));
+	if (fs_cluster_is_distributed(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s of queue \"%s\" is a Citus distributed table, which fair dequeue does not serve",
+						what, queue_name),
+				 errhint("Register a local table (of the coordinator, or of one node); slots, budgets, "
+						 "limits, the gate and schedules do work across the cluster.")));
 	fs_fair_check_owner(relid, queue_name);
 	return rel;
 }

@@ -39,6 +39,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "core/cluster.h"
 #include "core/prepared.h"
 #include "core/subxact.h"
 #include "limits/limits.h"
@@ -497,6 +498,7 @@ fs_limits_changed(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("fs_limits_changed() must be fired as a trigger")));
 	limits_changed_in_xact = true;
+	fs_cluster_forget();		/* fs_cluster fires it too */
 	return PointerGetDatum(NULL);
 }
 

@@ -821,6 +821,11 @@ fs_lease_arg_here(FunctionCallInfo fcinfo, int arg, const char *function, int64 
 	bool		answer;
 	bool		isnull = false;
 
+	if (lease_id <= 0)
+	{
+		*result = BoolGetDatum(false);	/* no lease has such an id */
+		return false;
+	}
 	if (fs_lease_id_in(lease_id, local_id))
 		return true;
 	if (arg > 0)

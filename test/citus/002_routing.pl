@@ -24,14 +24,14 @@ for my $n ($coord, @workers)
 
 # Refusals.
 my ($ret, $out, $err) = $workers[0]->psql('postgres', "SELECT fs_citus_setup('jobs')");
-like($err, qr/fs_citus_setup\(\) runs on the coordinator/, 'setup is refused on a worker');
+like($err, qr/fs_citus_setup\(\) must be called on the coordinator/, 'setup is refused on a worker');
 $q->("CREATE TABLE plain (tenant text)");
 ($ret, $out, $err) = $coord->psql('postgres', "SELECT fs_citus_setup('plain')");
-like($err, qr/table plain is not distributed by hash/, 'a table that is not distributed is refused');
+like($err, qr/table (public\.)?plain is not distributed by hash/, 'a table that is not distributed is refused');
 $q->("CREATE TABLE by_int (tenant int, id int)");
 $q->("SELECT create_distributed_table('by_int', 'tenant')");
 ($ret, $out, $err) = $coord->psql('postgres', "SELECT fs_citus_setup('by_int')");
-like($err, qr/distribution column of by_int is of type integer, not text/, 'a non-text tenant column is refused');
+like($err, qr/distribution column of (public\.)?by_int is of type integer, not text/, 'a non-text tenant column is refused');
 is($q->("SELECT fs_tenant_node('t1') IS NULL"), 't', 'before the setup no tenant has a node');
 
 $q->("SELECT fs_set_limit('*', 'q', max_slots => 2)");
@@ -87,6 +87,21 @@ $q->("BEGIN; SELECT fs_release_slot($l2); SELECT fs_acquire_slot('$ta', 'q'); CO
 is($owner_a->safe_psql('postgres', "SELECT count(*) FROM fs_leases WHERE tenant = '$ta'"),
 	1, 'a committed release and acquire in one block apply on the owner');
 
+# Ids no node granted are unknown everywhere; one of the coordinator's is
+# the coordinator's to release.
+is($workers[0]->safe_psql('postgres',
+		'SELECT fs_release_slot(-1), fs_release_slot(0), fs_renew_slot(-5), fs_release_slot((1000::bigint << 52) + 5)'),
+	'f|f|f|f', 'unknown lease ids are false on a worker');
+($ret, $out, $err) = $workers[0]->psql('postgres', 'SELECT fs_release_slot(5)');
+like($err, qr/lease 5 was granted by the coordinator/, "the coordinator's lease is released there");
+
+# A transaction that changes the setting sees its change, and forgets it
+# when it rolls back.
+is( $q->("BEGIN; DELETE FROM fs_cluster; SELECT fs_tenant_node('$ta') IS NULL; ROLLBACK; SELECT fs_tenant_node('$ta')"),
+	"t\n$ga", 'a rolled-back change of the setting is forgotten');
+($ret, $out, $err) = $coord->psql('postgres', "SELECT fs_acquire_slot('$ta', 'q'), 1");
+like($err, qr/does not own the tenant/, 'and the guard is still on');
+
 # Tokens go to the owner too.
 $q->("SELECT fs_set_limit('$tb', 'q', budget_ms_per_minute => 60000)");
 is($q->("SELECT fs_spend_tokens('$tb', 3, 100, 'q')"), 3, 'tokens spent through the coordinator');
@@ -102,6 +117,11 @@ like($err, qr/fs_acquire_slot\(\) for tenant "$ta" ran on node group 0, which do
 like($err, qr/does not own the tenant/, 'so is a PL/pgSQL assignment');
 ($ret, $out, $err) = $coord->psql('postgres', "SELECT fs_spend_tokens('$tb', 1, 100, 'q') + 0");
 like($err, qr/fs_spend_tokens\(\) for tenant "$tb" ran on node group 0/, 'and an undelegated spend');
+
+# Fair dequeue serves local tables only.
+($ret, $out, $err) = $coord->psql('postgres', "SELECT fs_register_queue('dq', 'jobs', 'tenant', 'id')");
+like($err, qr/of queue "dq" is a Citus distributed table, which fair dequeue does not serve/,
+	'registering a distributed table is refused');
 
 # An application role.
 $q->("CREATE ROLE app LOGIN IN ROLE fairshare_app");
