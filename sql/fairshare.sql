@@ -1165,6 +1165,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 -- Citus copies a reference table's triggers to its placements only so.
 SET citus.enable_unsafe_triggers = on
 SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -1225,6 +1226,8 @@ BEGIN
                              '@extschema@.fs_cluster']::regclass[] LOOP
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid = t) THEN
             PERFORM create_reference_table(t);
+            -- Its rows are in the placements now; none stays behind unseen.
+            PERFORM truncate_local_data_after_distributing_table(t);
         END IF;
     END LOOP;
     DELETE FROM @extschema@.fs_cluster;
