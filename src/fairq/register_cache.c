@@ -295,64 +295,48 @@ fs_q_selection(FsFairDesc *desc, FsQueryText *q, StringInfo buf, int in, int not
 	}
 }
 
-/*
- * The claim queries of a queue with a subkey (subkeys.c).  The leaf query
- * takes the rows of (tenant, sub-key) pairs: $1 tenants, $2 sub-keys, $3
- * counts, $4 held keys, $5 and $6 the selection; each pair matched as a
- * range, in the order of the (tenant, sub-key, order_by) index.  The star
- * query takes the rows of tenants whose sub-key is NULL or no valid name
- * (the leaf FS_SUBKEY_NONE), with the claim query's arguments.
- */
-static void
-fs_desc_prepare_leaves(FsFairDesc *desc, Oid keys_type)
+/* Which rows a fair claim query takes of each tenant it is given. */
+typedef enum FsClaimShape
 {
-	Oid			leaf_types[6] = {TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, keys_type,
-	TEXTARRAYOID, TEXTARRAYOID};
-	Oid			star_types[5] = {TEXTARRAYOID, INT4ARRAYOID, keys_type, TEXTARRAYOID, TEXTARRAYOID};
-	StringInfoData buf;
-	FsQueryText *q;
+	FS_CLAIM_TENANTS,			/* a tenant's rows */
+	FS_CLAIM_LEAVES,			/* a (tenant, sub-key) pair's rows */
+	FS_CLAIM_STAR				/* a tenant's rows of no valid sub-key */
+} FsClaimShape;
 
-	q = &desc->leaf_q;
+/*
+ * Build and prepare a fair claim query of `shape` into `q`: the rows of
+ * each tenant (or pair) of the arrays in $1 (and $2, the sub-keys, for
+ * leaves), as many as the counts array gives, then the held keys and the
+ * selection (see fs_desc_prepare()).  Each tenant (and sub-key) is matched
+ * as a range, in the order of the index that begins with it.
+ */
+static SPIPlanPtr
+fs_desc_prepare_fair(FsFairDesc *desc, FsQueryText *q, FsClaimShape shape, Oid keys_type)
+{
+	bool		leaves = shape == FS_CLAIM_LEAVES;
+	int			held = leaves ? 4 : 3;	/* the held keys' parameter */
+	Oid			types[6];
+	int			ntypes = 0;
+	StringInfoData buf;
+
+	types[ntypes++] = TEXTARRAYOID;
+	if (leaves)
+		types[ntypes++] = TEXTARRAYOID;
+	types[ntypes++] = INT4ARRAYOID;
+	types[ntypes++] = keys_type;
+	types[ntypes++] = TEXTARRAYOID;
+	types[ntypes++] = TEXTARRAYOID;
+
 	fs_q_begin(desc, q, &buf);
-	fs_q_sql(&buf, "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
+	fs_q_sql(&buf, leaves ?
+			 "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
 			 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
 			 " pg_catalog.unnest($2::pg_catalog.text[]),"
 			 " pg_catalog.unnest($3::pg_catalog.int4[]))"
 			 "       WITH ORDINALITY AS p(fs_tenant, fs_subkey, fs_n, fs_ord)"
 			 " CROSS JOIN LATERAL ("
-			 "   SELECT ");
-	fs_q_paren(q, &buf, "key", desc->key);
-	fs_q_sql(&buf, " AS fs_key, ");
-	fs_q_cost(desc, q, &buf);
-	fs_q_sql(&buf, " AS fs_cost, " FS_ROW_ALIAS " AS fs_row");
-	fs_q_from(desc, q, &buf);
-	fs_q_sql(&buf, "    WHERE ");
-	fs_q_paren(q, &buf, "tenant", desc->tenant);
-	fs_q_sql(&buf, " OPERATOR(pg_catalog.>=) p.fs_tenant AND ");
-	fs_q_paren(q, &buf, "tenant", desc->tenant);
-	fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) p.fs_tenant AND ");
-	fs_q_paren(q, &buf, "subkey", desc->subkey);
-	fs_q_sql(&buf, " OPERATOR(pg_catalog.>=) p.fs_subkey AND ");
-	fs_q_paren(q, &buf, "subkey", desc->subkey);
-	fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) p.fs_subkey");
-	fs_q_where_tail(desc, q, &buf, true);
-	fs_q_sql(&buf, "      AND ($4 IS NULL OR ");
-	fs_q_paren(q, &buf, "key", desc->key);
-	fs_q_sql(&buf, " <> ALL ($4))");
-	fs_q_selection(desc, q, &buf, 5, 6);
-	fs_q_sql(&buf, "    ORDER BY ");
-	fs_q_paren(q, &buf, "tenant", desc->tenant);
-	fs_q_sql(&buf, ", ");
-	fs_q_paren(q, &buf, "subkey", desc->subkey);
-	fs_q_sql(&buf, ", ");
-	fs_q_piece(q, &buf, "order_by", desc->order_by);
-	fs_q_sql(&buf, "    LIMIT p.fs_n      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s");
-	fs_q_end(q, &buf);
-	desc->leaf_plan = fs_prepare(desc, q, 6, leaf_types, CURSOR_OPT_GENERIC_PLAN, "claim query");
-
-	q = &desc->star_q;
-	fs_q_begin(desc, q, &buf);
-	fs_q_sql(&buf, "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
+			 "   SELECT " :
+			 "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
 			 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
 			 " pg_catalog.unnest($2::pg_catalog.int4[]))"
 			 "       WITH ORDINALITY AS p(fs_tenant, fs_n, fs_ord)"
@@ -367,25 +351,42 @@ fs_desc_prepare_leaves(FsFairDesc *desc, Oid keys_type)
 	fs_q_paren(q, &buf, "tenant", desc->tenant);
 	fs_q_sql(&buf, " OPERATOR(pg_catalog.>=) p.fs_tenant AND ");
 	fs_q_paren(q, &buf, "tenant", desc->tenant);
-	fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) p.fs_tenant AND (");
-	fs_q_paren(q, &buf, "subkey", desc->subkey);
-	fs_q_sql(&buf, " IS NULL OR pg_catalog.octet_length(");
-	fs_q_paren(q, &buf, "subkey", desc->subkey);
-	appendStringInfo(&buf, ") NOT BETWEEN 1 AND %d OR ", FS_NAME_MAXLEN);
-	fs_q_paren(q, &buf, "subkey", desc->subkey);
-	fs_q_sql(&buf, " OPERATOR(pg_catalog.=) '" FS_SUBKEY_NONE "')");
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) p.fs_tenant");
+	if (leaves)
+	{
+		fs_q_sql(&buf, " AND ");
+		fs_q_paren(q, &buf, "subkey", desc->subkey);
+		fs_q_sql(&buf, " OPERATOR(pg_catalog.>=) p.fs_subkey AND ");
+		fs_q_paren(q, &buf, "subkey", desc->subkey);
+		fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) p.fs_subkey");
+	}
+	else if (shape == FS_CLAIM_STAR)
+	{
+		fs_q_sql(&buf, " AND (");
+		fs_q_paren(q, &buf, "subkey", desc->subkey);
+		fs_q_sql(&buf, " IS NULL OR pg_catalog.octet_length(");
+		fs_q_paren(q, &buf, "subkey", desc->subkey);
+		appendStringInfo(&buf, ") NOT BETWEEN 1 AND %d OR ", FS_NAME_MAXLEN);
+		fs_q_paren(q, &buf, "subkey", desc->subkey);
+		fs_q_sql(&buf, " OPERATOR(pg_catalog.=) '" FS_SUBKEY_NONE "')");
+	}
 	fs_q_where_tail(desc, q, &buf, true);
-	fs_q_sql(&buf, "      AND ($3 IS NULL OR ");
+	appendStringInfo(&buf, "      AND ($%d IS NULL OR ", held);
 	fs_q_paren(q, &buf, "key", desc->key);
-	fs_q_sql(&buf, " <> ALL ($3))");
-	fs_q_selection(desc, q, &buf, 4, 5);
+	appendStringInfo(&buf, " <> ALL ($%d))", held);
+	fs_q_selection(desc, q, &buf, held + 1, held + 2);
 	fs_q_sql(&buf, "    ORDER BY ");
 	fs_q_paren(q, &buf, "tenant", desc->tenant);
 	fs_q_sql(&buf, ", ");
+	if (leaves)
+	{
+		fs_q_paren(q, &buf, "subkey", desc->subkey);
+		fs_q_sql(&buf, ", ");
+	}
 	fs_q_piece(q, &buf, "order_by", desc->order_by);
 	fs_q_sql(&buf, "    LIMIT p.fs_n      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s");
 	fs_q_end(q, &buf);
-	desc->star_plan = fs_prepare(desc, q, 5, star_types, CURSOR_OPT_GENERIC_PLAN, "claim query");
+	return fs_prepare(desc, q, ntypes, types, CURSOR_OPT_GENERIC_PLAN, "claim query");
 }
 
 /*
@@ -393,6 +394,11 @@ fs_desc_prepare_leaves(FsFairDesc *desc, Oid keys_type)
  * claimed before and still holds: its own row locks do not make SKIP LOCKED
  * skip them, so they are left out by key (NULL when there are none).  $4
  * and $5 (fifo: $3 and $4) are the claim's selection (fs_q_selection()).
+ * A queue with a subkey has two more (subkeys.c): the leaf query takes the
+ * rows of (tenant, sub-key) pairs, $2 the sub-keys and every later
+ * parameter one further; the star query the rows of tenants whose sub-key
+ * is NULL or no valid name (the leaf FS_SUBKEY_NONE), with the claim
+ * query's parameters.
  *
  * A tenant's rows are matched with tenant >= $t AND tenant <= $t (the same
  * rows as tenant = $t, under any btree collation) and ordered by the tenant
@@ -415,44 +421,17 @@ static void
 fs_desc_prepare(FsFairDesc *desc)
 {
 	Oid			keys_type = get_array_type(desc->key_type);
-	Oid			claim_types[5] = {TEXTARRAYOID, INT4ARRAYOID, keys_type, TEXTARRAYOID, TEXTARRAYOID};
 	Oid			fifo_types[4] = {INT8OID, keys_type, TEXTARRAYOID, TEXTARRAYOID};
 	StringInfoData buf;
 	FsQueryText *q;
 
-	q = &desc->claim_q;
-	fs_q_begin(desc, q, &buf);
-	fs_q_sql(&buf, "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
-			 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
-			 " pg_catalog.unnest($2::pg_catalog.int4[]))"
-			 "       WITH ORDINALITY AS p(fs_tenant, fs_n, fs_ord)"
-			 " CROSS JOIN LATERAL ("
-			 "   SELECT ");
-	fs_q_paren(q, &buf, "key", desc->key);
-	fs_q_sql(&buf, " AS fs_key, ");
-	fs_q_cost(desc, q, &buf);
-	fs_q_sql(&buf, " AS fs_cost, " FS_ROW_ALIAS " AS fs_row");
-	fs_q_from(desc, q, &buf);
-	fs_q_sql(&buf, "    WHERE ");
-	fs_q_paren(q, &buf, "tenant", desc->tenant);
-	fs_q_sql(&buf, " OPERATOR(pg_catalog.>=) p.fs_tenant AND ");
-	fs_q_paren(q, &buf, "tenant", desc->tenant);
-	fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) p.fs_tenant");
-	fs_q_where_tail(desc, q, &buf, true);
-	fs_q_sql(&buf, "      AND ($3 IS NULL OR ");
-	fs_q_paren(q, &buf, "key", desc->key);
-	fs_q_sql(&buf, " <> ALL ($3))");
-	fs_q_selection(desc, q, &buf, 4, 5);
-	fs_q_sql(&buf, "    ORDER BY ");
-	fs_q_paren(q, &buf, "tenant", desc->tenant);
-	fs_q_sql(&buf, ", ");
-	fs_q_piece(q, &buf, "order_by", desc->order_by);
-	fs_q_sql(&buf, "    LIMIT p.fs_n      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s");
-	fs_q_end(q, &buf);
-	desc->claim_plan = fs_prepare(desc, q, 5, claim_types, CURSOR_OPT_GENERIC_PLAN, "claim query");
-
+	desc->claim_plan = fs_desc_prepare_fair(desc, &desc->claim_q, FS_CLAIM_TENANTS, keys_type);
 	if (desc->subkey != NULL)
-		fs_desc_prepare_leaves(desc, keys_type);
+	{
+		/* The queries of a queue with a subkey (subkeys.c). */
+		desc->leaf_plan = fs_desc_prepare_fair(desc, &desc->leaf_q, FS_CLAIM_LEAVES, keys_type);
+		desc->star_plan = fs_desc_prepare_fair(desc, &desc->star_q, FS_CLAIM_STAR, keys_type);
+	}
 
 	q = &desc->fifo_q;
 	fs_q_begin(desc, q, &buf);
