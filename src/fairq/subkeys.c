@@ -831,6 +831,11 @@ fs_leaves_settle_all(FsFairQueue *fq, uint32 queue_id)
 		fs_leaf_enqueue(leaf);
 		if (fs_leaf_spent(leaf))
 		{
+			/*
+			 * Not fs_leaf_remove(): it may remove the tenant's entry, another
+			 * element than the one a scan may remove; those go next, in a
+			 * scan of their own.
+			 */
 			leaf->order->nleaves--;
 			hash_search(fs_leaf_hash, &leaf->key, HASH_REMOVE, NULL);
 			fq->nleaves--;
