@@ -487,10 +487,10 @@ fs_cluster_anchor(int32 group)
 	if (anchors[group] == -1)
 	{
 		bool		held = false;
+		int32		found = -2;
 
 		for (i = 0; i < map_count && !held; i++)
 			held = map_shards[i].group == group;
-		anchors[group] = -2;
 		for (i = 0; held && i < FS_ANCHOR_TRIES; i++)
 		{
 			char		value[32];
@@ -500,10 +500,12 @@ fs_cluster_anchor(int32 group)
 			snprintf(value, sizeof(value), FS_ANCHOR_FORMAT, i);
 			if (fs_cluster_group_of_hash(fs_cluster_hash(value)) == group)
 			{
-				anchors[group] = i;
+				found = i;
 				break;
 			}
 		}
+		/* Only a finished search is kept (a cancel may stop it). */
+		anchors[group] = found;
 	}
 	return anchors[group] < 0 ? NULL : psprintf(FS_ANCHOR_FORMAT, anchors[group]);
 }
@@ -512,6 +514,7 @@ fs_cluster_anchor(int32 group)
 typedef struct FsForwardPlan
 {
 	const char *function;		/* a string constant of the caller's */
+	int			nargs;			/* each function is sent with one set of arguments */
 	char		schema[NAMEDATALEN];
 	SPIPlanPtr	plan;
 } FsForwardPlan;
@@ -540,6 +543,7 @@ fs_cluster_forward_plan(const char *function, int nargs, Oid *argtypes)
 			slot = &forward_plans[i];
 	if (slot == NULL)
 		elog(ERROR, "no room for the plan of %s_at()", function);
+	Assert(slot->function == NULL || slot->nargs == nargs);
 	if (slot->plan != NULL && strcmp(slot->schema, schema) == 0)
 		return slot->plan;
 
@@ -555,6 +559,7 @@ fs_cluster_forward_plan(const char *function, int nargs, Oid *argtypes)
 		SPI_freeplan(slot->plan);
 	slot->plan = plan;
 	slot->function = function;
+	slot->nargs = nargs;
 	strlcpy(slot->schema, schema, NAMEDATALEN);
 	return plan;
 }
@@ -683,24 +688,23 @@ fs_cluster_broadcast_one(void *arg)
 void
 fs_cluster_broadcast(const char *function, int nargs, Oid *argtypes, Datum *values)
 {
+	bool		sent[FS_LEASE_NODE_MAX + 1];
 	int32		here;
 	int			i;
-	int			j;
 
 	here = fs_cluster_group();
 	if (here != 0 || !fs_cluster_map_ready())
 		return;
+	memset(sent, 0, sizeof(sent));
 	for (i = 0; i < map_count; i++)
 	{
 		int32		node = map_shards[i].group;
 		FsBroadcastOne one = {node, function, nargs, argtypes, values};
 		ErrorData  *edata;
-		bool		seen = node == here || node < 0 || node > FS_LEASE_NODE_MAX;
 
-		for (j = 0; j < i && !seen; j++)
-			seen = map_shards[j].group == node;
-		if (seen)
+		if (node == here || node < 0 || node > FS_LEASE_NODE_MAX || sent[node])
 			continue;
+		sent[node] = true;
 		if (!fs_subxact_run(fs_cluster_broadcast_one, &one, NULL, &edata))
 		{
 			ereport(WARNING,
@@ -709,9 +713,17 @@ fs_cluster_broadcast(const char *function, int nargs, Oid *argtypes, Datum *valu
 					 errhint("The other nodes got it; this one gets the next.")));
 			FreeErrorData(edata);
 		}
-		/* The map may have been reloaded meanwhile (an invalidation). */
+
+		/*
+		 * An invalidation meanwhile (a shard moved, a cache reset): load the
+		 * map again and go on with the nodes not sent to yet.
+		 */
 		if (!map_valid)
-			break;
+		{
+			if (!fs_cluster_map_ready())
+				return;
+			i = -1;
+		}
 	}
 }
 
@@ -753,13 +765,16 @@ fs_cluster_check_coordinator(const char *function)
 
 /*
  * Whether `relid` is a table Citus distributes (a distributed or reference
- * table): pg_dist_partition has it.  False without Citus.
+ * table; not a Citus local table, which is the coordinator's own).  False
+ * without Citus.
  */
 bool
 fs_cluster_is_distributed(Oid relid)
 {
 	Oid			catalog;
 	AttrNumber	attnum;
+	AttrNumber	method_attnum;
+	AttrNumber	model_attnum;
 	Relation	rel;
 	SysScanDesc scan;
 	HeapTuple	tuple;
@@ -771,6 +786,8 @@ fs_cluster_is_distributed(Oid relid)
 	if (!OidIsValid(catalog))
 		return false;
 	attnum = fs_catalog_attnum(catalog, "logicalrelid");
+	method_attnum = fs_catalog_attnum(catalog, "partmethod");
+	model_attnum = fs_catalog_attnum(catalog, "repmodel");
 	rel = table_open(catalog, AccessShareLock);
 	scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
 	while (!found && HeapTupleIsValid(tuple = systable_getnext(scan)))
@@ -778,7 +795,12 @@ fs_cluster_is_distributed(Oid relid)
 		bool		isnull;
 		Datum		d = heap_getattr(tuple, attnum, RelationGetDescr(rel), &isnull);
 
-		found = !isnull && DatumGetObjectId(d) == relid;
+		if (isnull || DatumGetObjectId(d) != relid)
+			continue;
+		/* A Citus local table (no distribution, one placement) is local. */
+		found = !(DatumGetChar(heap_getattr(tuple, method_attnum, RelationGetDescr(rel), &isnull)) == 'n' &&
+				  DatumGetChar(heap_getattr(tuple, model_attnum, RelationGetDescr(rel), &isnull)) == 's');
+		break;
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);

@@ -651,7 +651,7 @@ fs_open_table(Oid relid, const char *what, const char *queue_name)
 	if (fs_cluster_is_distributed(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s of queue \"%s\" is a Citus distributed table, which fair dequeue does not serve",
+				 errmsg("%s of queue \"%s\" is distributed by Citus, which fair dequeue does not serve",
 						what, queue_name),
 				 errhint("Register a local table (of the coordinator, or of one node); slots, budgets, "
 						 "limits, the gate and schedules do work across the cluster.")));

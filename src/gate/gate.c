@@ -543,9 +543,13 @@ Datum
 fs_worker_heartbeat(PG_FUNCTION_ARGS)
 {
 	Oid			argtypes[4] = {TEXTOID, TEXTOID, INT4OID, TEXTOID};
-	Datum		values[4] = {0, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2)};
+	Datum		values[4];
 
 	fs_heartbeat_record(fcinfo, 0);
+	/* Recorded: no argument is NULL. */
+	values[1] = PG_GETARG_DATUM(0);
+	values[2] = PG_GETARG_DATUM(1);
+	values[3] = PG_GETARG_DATUM(2);
 	fs_cluster_broadcast("fs_worker_heartbeat", 4, argtypes, values);
 	PG_RETURN_VOID();
 }
@@ -644,9 +648,12 @@ Datum
 fs_report_latency(PG_FUNCTION_ARGS)
 {
 	Oid			argtypes[3] = {TEXTOID, INTERVALOID, TEXTOID};
-	Datum		values[3] = {0, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
+	Datum		values[3];
 
 	fs_latency_record(fcinfo, 0);
+	/* Recorded: no argument is NULL. */
+	values[1] = PG_GETARG_DATUM(0);
+	values[2] = PG_GETARG_DATUM(1);
 	fs_cluster_broadcast("fs_report_latency", 3, argtypes, values);
 	PG_RETURN_VOID();
 }

@@ -120,8 +120,13 @@ like($err, qr/fs_spend_tokens\(\) for tenant "$tb" ran on node group 0/, 'and an
 
 # Fair dequeue serves local tables only.
 ($ret, $out, $err) = $coord->psql('postgres', "SELECT fs_register_queue('dq', 'jobs', 'tenant', 'id')");
-like($err, qr/of queue "dq" is a Citus distributed table, which fair dequeue does not serve/,
+like($err, qr/of queue "dq" is distributed by Citus, which fair dequeue does not serve/,
 	'registering a distributed table is refused');
+$q->("CREATE TABLE cloc (id bigserial PRIMARY KEY, tenant text NOT NULL)");
+$q->("SELECT citus_add_local_table_to_metadata('cloc')");
+$q->("SELECT fs_register_queue('cl', 'cloc', 'tenant', 'id')");
+$q->("INSERT INTO cloc (tenant) VALUES ('local-a'), ('local-b')");
+is($q->("SELECT count(*) FROM fs_claim('cl', NULL::cloc, 5)"), 2, 'a Citus local table of the coordinator serves claims');
 
 # An application role.
 $q->("CREATE ROLE app LOGIN IN ROLE fairshare_app");
