@@ -34,6 +34,7 @@
 #include "budget/budget.h"
 #include "core/cluster.h"
 #include "core/decisions.h"
+#include "core/prepared.h"
 #include "gate/gate.h"
 
 PG_FUNCTION_INFO_V1(fs_spend_tokens);
@@ -173,9 +174,62 @@ fs_refunds_settle(bool give_back, SubTransactionId subid)
 }
 
 /*
+ * A prepared transaction's refunds: parked in shared memory, given back if
+ * ROLLBACK PREPARED ends it (core/prepared.c).  Still given back here if
+ * the PREPARE fails; refused when there are more than a transaction may
+ * park.
+ */
+static void
+fs_budget_park_refunds(void)
+{
+	FsParkedEffect effects[FS_PREPARED_PARKED_PER_XACT];
+	HASH_SEQ_STATUS seq;
+	FsRefund   *refund;
+	int			n = 0;
+
+	hash_seq_init(&seq, refunds);
+	while ((refund = hash_seq_search(&seq)) != NULL)
+	{
+		if (refund->tokens == 0)
+			continue;
+		if (n == FS_PREPARED_PARKED_PER_XACT)
+		{
+			hash_seq_term(&seq);
+			n = FS_PREPARED_PARKED_PER_XACT + 1;
+			break;
+		}
+		memset(&effects[n], 0, sizeof(FsParkedEffect));
+		effects[n].kind = FS_PARKED_REFUND;
+		effects[n].queue_id = refund->key.queue_id;
+		strlcpy(effects[n].tenant, refund->key.tenant, FS_NAME_BUFLEN);
+		effects[n].value = refund->tokens;
+		n++;
+	}
+	if (n > FS_PREPARED_PARKED_PER_XACT || !fs_prepared_park(effects, n))
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("cannot prepare a transaction that spent or charged fairshare tokens of more than %d tenants",
+						FS_PREPARED_PARKED_PER_XACT),
+				 errdetail("Or the prepared transactions hold as many refunds as max_prepared_transactions allows."),
+				 errhint("Spend and charge tokens of fewer tenants in one prepared transaction.")));
+}
+
+/* ROLLBACK PREPARED: give back the tokens a prepared transaction took. */
+static void
+fs_budget_undo_parked(const FsParkedEffect *effect)
+{
+	FsRefundKey key;
+
+	memset(&key, 0, sizeof(key));
+	key.queue_id = effect->queue_id;
+	strlcpy(key.tenant, effect->tenant, sizeof(key.tenant));
+	fs_budget_refund(&key, effect->value);
+}
+
+/*
  * Transaction end: a commit forgets this transaction's refunds (the tokens
- * stay spent), an abort gives them back; a transaction that spent or charged
- * tokens cannot be prepared, since its refunds live in this backend.
+ * stay spent), an abort gives them back; a prepared transaction parks them
+ * for ROLLBACK PREPARED, and forgets them here once prepared.
  */
 static void
 fs_budget_xact_callback(XactEvent event, void *arg pg_attribute_unused())
@@ -184,11 +238,9 @@ fs_budget_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	{
 		case XACT_EVENT_PRE_PREPARE:
 			if (refund_count > 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot prepare a transaction that spent or charged fairshare tokens"),
-						 errhint("Spend and charge tokens outside the prepared transaction.")));
+				fs_budget_park_refunds();
 			break;
+		case XACT_EVENT_PREPARE:
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			fs_refunds_settle(false, InvalidSubTransactionId);
@@ -260,6 +312,7 @@ fs_budget_init(void)
 {
 	RegisterXactCallback(fs_budget_xact_callback, NULL);
 	RegisterSubXactCallback(fs_budget_subxact_callback, NULL);
+	fs_prepared_on_rollback(FS_PARKED_REFUND, fs_budget_undo_parked);
 }
 
 /* ----------------------------------------------------------------

@@ -49,6 +49,13 @@ typedef struct FsPreparedNote
 	uint32		kinds;
 } FsPreparedNote;
 
+/* An effect parked by a prepared transaction. */
+typedef struct FsParkedSlot
+{
+	TransactionId xid;
+	FsParkedEffect effect;
+} FsParkedSlot;
+
 typedef struct FsPreparedShared
 {
 	slock_t		mutex;			/* protects everything below */
@@ -59,12 +66,16 @@ typedef struct FsPreparedShared
 	 */
 	FullTransactionId boundary;
 	bool		older_may_exist;
-	int			count;
-	FsPreparedNote notes[FLEXIBLE_ARRAY_MEMBER];
+	int			count;			/* notes in use */
+	int			nparked;		/* parked effects in use */
+	/* then the notes, then the parked effects (fs_prepared_shmem_size()) */
 } FsPreparedShared;
 
 static FsPreparedShared *fs_prepared = NULL;
+static FsPreparedNote *notes = NULL;
+static FsParkedSlot *parked = NULL;
 static FsPreparedPublish publishers[FS_PREPARED_NKINDS];
+static FsParkedUndo undoers[FS_PARKED_KINDS];
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /* The note this backend took for the transaction it is preparing. */
@@ -77,11 +88,19 @@ fs_prepared_capacity(void)
 	return max_prepared_xacts + 1;
 }
 
+/* Room for the parked effects of as many. */
+static int
+fs_parked_capacity(void)
+{
+	return fs_prepared_capacity() * FS_PREPARED_PARKED_PER_XACT;
+}
+
 static Size
 fs_prepared_shmem_size(void)
 {
-	return add_size(offsetof(FsPreparedShared, notes),
-					mul_size(sizeof(FsPreparedNote), fs_prepared_capacity()));
+	return add_size(add_size(MAXALIGN(sizeof(FsPreparedShared)),
+							 MAXALIGN(mul_size(sizeof(FsPreparedNote), fs_prepared_capacity()))),
+					mul_size(sizeof(FsParkedSlot), fs_parked_capacity()));
 }
 
 /* Ask for this module's shared memory (shmem request hook, module.c). */
@@ -99,12 +118,16 @@ fs_prepared_shmem_init(void)
 
 	fs_prepared = ShmemInitStruct("fairshare prepared transactions",
 								  fs_prepared_shmem_size(), &found);
+	notes = (FsPreparedNote *) ((char *) fs_prepared + MAXALIGN(sizeof(FsPreparedShared)));
+	parked = (FsParkedSlot *) ((char *) notes +
+							   MAXALIGN(sizeof(FsPreparedNote) * fs_prepared_capacity()));
 	if (!found)
 	{
 		SpinLockInit(&fs_prepared->mutex);
 		fs_prepared->boundary = InvalidFullTransactionId;
 		fs_prepared->older_may_exist = true;
 		fs_prepared->count = 0;
+		fs_prepared->nparked = 0;
 	}
 }
 
@@ -117,6 +140,14 @@ fs_prepared_on_commit(uint32 kind, FsPreparedPublish publish)
 	for (i = 0; i < FS_PREPARED_NKINDS; i++)
 		if (kind == (1U << i))
 			publishers[i] = publish;
+}
+
+/* The undo function of a kind of parked effect (at _PG_init). */
+void
+fs_prepared_on_rollback(uint32 parked_kind, FsParkedUndo undo)
+{
+	if (parked_kind < FS_PARKED_KINDS)
+		undoers[parked_kind] = undo;
 }
 
 /* Run the publish functions of `kinds`. */
@@ -155,45 +186,74 @@ fs_prepared_boundary(bool raise)
 	return boundary;
 }
 
-/* Remove the note of `xid`, if there is one. */
-static void
-fs_prepared_forget(TransactionId xid)
+/*
+ * Remove the note of `xid` and its parked effects; with `out`, copy those
+ * effects there first (room for FS_PREPARED_PARKED_PER_XACT) and return
+ * how many.
+ */
+static int
+fs_prepared_forget(TransactionId xid, FsParkedEffect *out)
 {
+	int			nout = 0;
 	int			i;
 
 	SpinLockAcquire(&fs_prepared->mutex);
 	for (i = 0; i < fs_prepared->count; i++)
-		if (fs_prepared->notes[i].xid == xid)
+		if (notes[i].xid == xid)
 		{
-			fs_prepared->notes[i] = fs_prepared->notes[--fs_prepared->count];
+			notes[i] = notes[--fs_prepared->count];
 			break;
 		}
+	for (i = 0; i < fs_prepared->nparked;)
+	{
+		if (parked[i].xid != xid)
+		{
+			i++;
+			continue;
+		}
+		if (out != NULL && nout < FS_PREPARED_PARKED_PER_XACT)
+			out[nout++] = parked[i].effect;
+		parked[i] = parked[--fs_prepared->nparked];
+	}
 	SpinLockRelease(&fs_prepared->mutex);
+	return nout;
+}
+
+/* Undo parked effects (no lock held). */
+static void
+fs_prepared_undo(const FsParkedEffect *effects, int count)
+{
+	int			i;
+
+	for (i = 0; i < count; i++)
+		if (effects[i].kind < FS_PARKED_KINDS && undoers[effects[i].kind] != NULL)
+			undoers[effects[i].kind] (&effects[i]);
 }
 
 /*
- * Drop the notes of transactions that are over, and return the kinds of
- * those that committed.  Looked at in batches, with no lock held during the
- * commit-log lookups.
+ * Drop the notes of transactions that are over, undo the parked effects of
+ * those that rolled back, and return the kinds of those that committed.
+ * Looked at in batches, with no lock held during the commit-log lookups;
+ * a batch in which some were over is looked at again (notes from the end
+ * took their places), so every pass removes a note or moves on.
  */
 static uint32
 fs_prepared_settle(void)
 {
 	FsPreparedNote batch[64];
-	TransactionId over[64];
 	uint32		committed = 0;
 	int			start = 0;
 
 	for (;;)
 	{
 		int			n = 0;
-		int			nover = 0;
+		int			removed = 0;
 		int			i;
 		TransactionId oldest_clog;
 
 		SpinLockAcquire(&fs_prepared->mutex);
 		for (i = start; i < fs_prepared->count && n < (int) lengthof(batch); i++)
-			batch[n++] = fs_prepared->notes[i];
+			batch[n++] = notes[i];
 		SpinLockRelease(&fs_prepared->mutex);
 		if (n == 0)
 			break;
@@ -201,21 +261,58 @@ fs_prepared_settle(void)
 		oldest_clog = ShmemVariableCache->oldestClogXid;
 		for (i = 0; i < n; i++)
 		{
+			FsParkedEffect undo[FS_PREPARED_PARKED_PER_XACT];
+			bool		did_commit;
+			int			nundo;
+
 			/* A prepared transaction is in progress until it is finished. */
 			if (TransactionIdIsInProgress(batch[i].xid))
 				continue;
 			/* Past the commit log's horizon it is long over: publish it, to be safe. */
-			if (TransactionIdPrecedes(batch[i].xid, oldest_clog) ||
-				TransactionIdDidCommit(batch[i].xid))
+			did_commit = TransactionIdPrecedes(batch[i].xid, oldest_clog) ||
+				TransactionIdDidCommit(batch[i].xid);
+			nundo = fs_prepared_forget(batch[i].xid, undo);
+			if (did_commit)
 				committed |= batch[i].kinds;
-			over[nover++] = batch[i].xid;
+			else
+				fs_prepared_undo(undo, nundo);
+			removed++;
 		}
-		for (i = 0; i < nover; i++)
-			fs_prepared_forget(over[i]);
-		/* Removal moves notes from the end into the gaps: look again there. */
-		start += n - nover;
+		if (removed == 0)
+			start += n;
 	}
 	return committed;
+}
+
+/*
+ * Park `count` effects of the transaction being prepared, to be undone if
+ * ROLLBACK PREPARED ends it.  Called at XACT_EVENT_PRE_PREPARE.  False when
+ * there is no room (more than FS_PREPARED_PARKED_PER_XACT of them, or the
+ * table is full): the caller refuses the PREPARE.
+ */
+bool
+fs_prepared_park(const FsParkedEffect *effects, int count)
+{
+	TransactionId xid;
+	bool		room;
+	int			i;
+
+	if (fs_prepared == NULL || count > FS_PREPARED_PARKED_PER_XACT)
+		return false;
+	xid = GetTopTransactionId();
+	fs_prepared_note(FS_PREPARED_PARKED);
+	if (noted_xid != xid)
+		return false;			/* no note: nothing would ever undo them */
+	SpinLockAcquire(&fs_prepared->mutex);
+	room = fs_prepared->nparked + count <= fs_parked_capacity();
+	for (i = 0; room && i < count; i++)
+	{
+		parked[fs_prepared->nparked].xid = xid;
+		parked[fs_prepared->nparked].effect = effects[i];
+		fs_prepared->nparked++;
+	}
+	SpinLockRelease(&fs_prepared->mutex);
+	return room;
 }
 
 /*
@@ -242,17 +339,17 @@ fs_prepared_note(uint32 kinds)
 			(void) fs_prepared_settle();
 		SpinLockAcquire(&fs_prepared->mutex);
 		for (i = 0; i < fs_prepared->count; i++)
-			if (fs_prepared->notes[i].xid == xid)
+			if (notes[i].xid == xid)
 				break;
 		if (i < fs_prepared->count)
 		{
-			fs_prepared->notes[i].kinds |= kinds;
+			notes[i].kinds |= kinds;
 			added = true;
 		}
 		else if (fs_prepared->count < fs_prepared_capacity())
 		{
-			fs_prepared->notes[fs_prepared->count].xid = xid;
-			fs_prepared->notes[fs_prepared->count].kinds = kinds;
+			notes[fs_prepared->count].xid = xid;
+			notes[fs_prepared->count].kinds = kinds;
 			fs_prepared->count++;
 			added = true;
 		}
@@ -273,8 +370,9 @@ fs_prepared_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
 	if (!TransactionIdIsValid(noted_xid))
 		return;
+	/* Its effects were undone by their own layers' abort. */
 	if (event == XACT_EVENT_ABORT && fs_prepared != NULL)
-		fs_prepared_forget(noted_xid);
+		(void) fs_prepared_forget(noted_xid, NULL);
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
 		noted_xid = InvalidTransactionId;
 }

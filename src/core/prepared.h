@@ -12,7 +12,9 @@
  * runs.  Such a layer notes its kind of change at XACT_EVENT_PRE_PREPARE
  * (fs_prepared_note); the ProcessUtility hook here runs the kind's publish
  * function once COMMIT PREPARED has committed the transaction, and forgets
- * it on ROLLBACK PREPARED.
+ * it on ROLLBACK PREPARED.  A layer whose changes take effect at once, and
+ * are undone if the transaction aborts (tokens spent), parks the undoing at
+ * PRE_PREPARE (fs_prepared_park); ROLLBACK PREPARED undoes them.
  *
  * The notes live in shared memory, one per prepared transaction, so they do
  * not survive a restart.  A transaction prepared before the server (or its
@@ -24,16 +26,42 @@
 #ifndef FAIRSHARE_PREPARED_H
 #define FAIRSHARE_PREPARED_H
 
+#include "core/common.h"
+
 /* Kinds of change, a bit each. */
 #define FS_PREPARED_LIMITS		0x01	/* fs_limits (and the cluster's settings) */
-#define FS_PREPARED_NKINDS		1
+#define FS_PREPARED_PARKED		0x02	/* effects parked below, undone at rollback */
+#define FS_PREPARED_NKINDS		2
 
 typedef void (*FsPreparedPublish) (void);
+
+/*
+ * An effect a prepared transaction parks, to be undone if ROLLBACK PREPARED
+ * ends it (dropped if COMMIT PREPARED does): of the layer that registered
+ * `undo` for its kind, on a tenant of a queue, with a value.  At most
+ * FS_PREPARED_PARKED_PER_XACT per transaction.  Parked effects live in
+ * shared memory: a restart loses them (a rollback after it undoes nothing).
+ */
+typedef struct FsParkedEffect
+{
+	uint32		kind;			/* the layer's own number, 0 .. FS_PARKED_KINDS - 1 */
+	uint32		queue_id;
+	char		tenant[FS_NAME_BUFLEN];
+	float8		value;
+} FsParkedEffect;
+
+#define FS_PARKED_KINDS				2
+#define FS_PARKED_REFUND			0	/* tokens to give back (budget) */
+#define FS_PREPARED_PARKED_PER_XACT	16
+
+typedef void (*FsParkedUndo) (const FsParkedEffect *effect);
 
 extern void fs_prepared_init(void);
 extern void fs_prepared_shmem_request(void);
 extern void fs_prepared_shmem_init(void);
 extern void fs_prepared_on_commit(uint32 kind, FsPreparedPublish publish);
+extern void fs_prepared_on_rollback(uint32 parked_kind, FsParkedUndo undo);
 extern void fs_prepared_note(uint32 kinds);
+extern bool fs_prepared_park(const FsParkedEffect *effects, int count);
 
 #endif							/* FAIRSHARE_PREPARED_H */

@@ -1,7 +1,7 @@
 # A change of fs_limits made by a prepared transaction applies when COMMIT
 # PREPARED commits it: in another session, and after a restart, when the
 # note of the preparing session is gone (such a transaction is published
-# whatever it changed).
+# whatever it changed).  Tokens it spent come back at ROLLBACK PREPARED.
 use strict;
 use warnings;
 
@@ -42,5 +42,21 @@ is($granted->(), 'f', 'a new prepared change does not apply');
 $q->("COMMIT PREPARED 'lim5'");
 is($granted->(), 't', 'and applies at COMMIT PREPARED');
 is($q->("SELECT count(*) FROM pg_prepared_xacts"), 0, 'no prepared transaction left');
+
+# Tokens spent by a prepared transaction: given back by ROLLBACK PREPARED
+# from another session; after a restart the refund is lost (the tokens stay
+# spent, the bound README states).
+$q->("SELECT fs_set_limit('*', 'bq', budget_ms_per_minute => 600)");
+my $balance = sub { $q->("SELECT round(token_balance) FROM fs_tenants WHERE queue = 'bq' AND tenant = 'acme'") };
+$q->("SELECT fs_spend_tokens('acme', 1, 1, 'bq')");
+my $full = $balance->();
+$q->("BEGIN; SELECT fs_spend_tokens('acme', 2, 100, 'bq'); PREPARE TRANSACTION 'spend1'");
+is($balance->(), $full - 200, 'a prepared spend is taken');
+$q->("ROLLBACK PREPARED 'spend1'");
+is($balance->(), $full, 'ROLLBACK PREPARED in another session gives it back');
+$q->("BEGIN; SELECT fs_spend_tokens('acme', 2, 100, 'bq'); PREPARE TRANSACTION 'spend2'");
+$node->restart;
+$q->("ROLLBACK PREPARED 'spend2'");
+cmp_ok($balance->(), '<', $full - 150, 'after a restart the refund is lost (the spend stands, less what accrued)');
 
 done_testing();

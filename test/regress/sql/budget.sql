@@ -85,11 +85,30 @@ SELECT fs_spend_tokens('b_r', 7, 100, 'b_q') AS spent_all;
 SELECT t(760);
 ROLLBACK;
 SELECT token_balance FROM fs_tenants WHERE queue = 'b_q' AND tenant = 'b_r';  -- capped at 1000
--- prepared transactions cannot carry spends
+-- A prepared transaction's spend stays taken while it is prepared; ROLLBACK
+-- PREPARED gives it back, COMMIT PREPARED keeps it spent.
 BEGIN;
-SELECT fs_spend_tokens('b_r', 1, 100, 'b_q');
+SELECT fs_spend_tokens('b_r', 1, 100, 'b_q') AS spent;
+SELECT fs_charge_tokens('b_r', 50, 'b_q') IS NOT NULL AS charged;
 PREPARE TRANSACTION 'fs_budget';
-SELECT token_balance FROM fs_tenants WHERE queue = 'b_q' AND tenant = 'b_r';
+SELECT token_balance FROM fs_tenants WHERE queue = 'b_q' AND tenant = 'b_r';  -- 1000 - 150
+ROLLBACK PREPARED 'fs_budget';
+SELECT token_balance FROM fs_tenants WHERE queue = 'b_q' AND tenant = 'b_r';  -- 1000 again
+BEGIN;
+SELECT fs_spend_tokens('b_r', 2, 100, 'b_q') AS spent;
+PREPARE TRANSACTION 'fs_budget';
+COMMIT PREPARED 'fs_budget';
+SELECT token_balance FROM fs_tenants WHERE queue = 'b_q' AND tenant = 'b_r';  -- 1000 - 200
+-- Refunds of more than 16 tenants cannot be parked: the PREPARE fails, and
+-- its spends are given back as by any abort.
+SELECT fs_set_limit('*', 'b_pq', budget_ms_per_minute => 1000);
+BEGIN;
+SELECT count(fs_spend_tokens('b_many' || i, 1, 100, 'b_pq')) FROM generate_series(1, 17) i;
+PREPARE TRANSACTION 'fs_budget';
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+SELECT count(*) AS tenants, count(*) FILTER (WHERE token_balance < 1000) AS still_spent
+  FROM fs_tenants WHERE queue = 'b_pq' AND tenant LIKE 'b_many%';
+DELETE FROM fs_limits WHERE queue = 'b_pq';
 
 -- The decision log: tokens before, runs possible, granted, consumed, after.
 SELECT decided_at - '2030-01-01 12:30:00+00' AS at, kind, requested_runs, runs_possible,
