@@ -175,9 +175,8 @@ fs_refunds_settle(bool give_back, SubTransactionId subid)
 
 /*
  * A prepared transaction's refunds: parked in shared memory, given back if
- * ROLLBACK PREPARED ends it (core/prepared.c).  Still given back here if
- * the PREPARE fails; refused when there are more than a transaction may
- * park.
+ * ROLLBACK PREPARED ends it, or if the PREPARE fails (core/prepared.c);
+ * refused when there are more than a transaction may park.
  */
 static void
 fs_budget_park_refunds(void)
@@ -205,13 +204,27 @@ fs_budget_park_refunds(void)
 		effects[n].value = refund->tokens;
 		n++;
 	}
-	if (n > FS_PREPARED_PARKED_PER_XACT || !fs_prepared_park(effects, n))
+	if (n == 0)
+		return;
+	if (n > FS_PREPARED_PARKED_PER_XACT)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("cannot prepare a transaction that spent or charged fairshare tokens of more than %d tenants",
+				 errmsg("cannot prepare a transaction that spent or charged fairshare tokens in more than %d (queue, tenant) pairs",
 						FS_PREPARED_PARKED_PER_XACT),
-				 errdetail("Or the prepared transactions hold as many refunds as max_prepared_transactions allows."),
 				 errhint("Spend and charge tokens of fewer tenants in one prepared transaction.")));
+	if (!fs_prepared_park(effects, n))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("no room to keep the refunds of another prepared transaction"),
+				 errdetail("Prepared transactions keep the tokens they spent for up to %d (queue, tenant) pairs each, for max_prepared_transactions of them.",
+						   FS_PREPARED_PARKED_PER_XACT),
+				 errhint("Commit or roll back prepared transactions, or raise max_prepared_transactions.")));
+
+	/*
+	 * Parked: from now on whoever takes them out of shared memory gives them
+	 * back (ROLLBACK PREPARED, or this backend if the PREPARE fails), once.
+	 */
+	fs_refunds_settle(false, InvalidSubTransactionId);
 }
 
 /* ROLLBACK PREPARED: give back the tokens a prepared transaction took. */

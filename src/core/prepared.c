@@ -363,16 +363,22 @@ fs_prepared_note(uint32 kinds)
 
 /*
  * Transaction end in the preparing backend: a PREPARE that failed takes its
- * note back; one that succeeded leaves it to COMMIT or ROLLBACK PREPARED.
+ * note back and undoes its parked effects, unless a settle in another
+ * backend (which sees the aborted xid as soon as it is out of the process
+ * array) took them first: whoever removes them undoes them, once.  One that
+ * succeeded leaves them to COMMIT or ROLLBACK PREPARED.
  */
 static void
 fs_prepared_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
 	if (!TransactionIdIsValid(noted_xid))
 		return;
-	/* Its effects were undone by their own layers' abort. */
 	if (event == XACT_EVENT_ABORT && fs_prepared != NULL)
-		(void) fs_prepared_forget(noted_xid, NULL);
+	{
+		FsParkedEffect undo[FS_PREPARED_PARKED_PER_XACT];
+
+		fs_prepared_undo(undo, fs_prepared_forget(noted_xid, undo));
+	}
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
 		noted_xid = InvalidTransactionId;
 }

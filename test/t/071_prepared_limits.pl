@@ -47,16 +47,20 @@ is($q->("SELECT count(*) FROM pg_prepared_xacts"), 0, 'no prepared transaction l
 # from another session; after a restart the refund is lost (the tokens stay
 # spent, the bound README states).
 $q->("SELECT fs_set_limit('*', 'bq', budget_ms_per_minute => 600)");
+# (The bucket accrues 10 tokens a second meanwhile: compared within 15.)
 my $balance = sub { $q->("SELECT round(token_balance) FROM fs_tenants WHERE queue = 'bq' AND tenant = 'acme'") };
+my $near = sub { my ($got, $want, $what) = @_; ok(abs($got - $want) < 15, "$what ($got, about $want)") };
 $q->("SELECT fs_spend_tokens('acme', 1, 1, 'bq')");
 my $full = $balance->();
 $q->("BEGIN; SELECT fs_spend_tokens('acme', 2, 100, 'bq'); PREPARE TRANSACTION 'spend1'");
-is($balance->(), $full - 200, 'a prepared spend is taken');
+$near->($balance->(), $full - 200, 'a prepared spend is taken');
 $q->("ROLLBACK PREPARED 'spend1'");
-is($balance->(), $full, 'ROLLBACK PREPARED in another session gives it back');
+$near->($balance->(), $full, 'ROLLBACK PREPARED in another session gives it back');
 $q->("BEGIN; SELECT fs_spend_tokens('acme', 2, 100, 'bq'); PREPARE TRANSACTION 'spend2'");
 $node->restart;
 $q->("ROLLBACK PREPARED 'spend2'");
-cmp_ok($balance->(), '<', $full - 150, 'after a restart the refund is lost (the spend stands, less what accrued)');
+# (Given back, it would be near $full again; a restart taking up to 10 s
+# accrues less than the 100 of this margin.)
+cmp_ok($balance->(), '<', $full - 100, 'after a restart the refund is lost (the spend stands, less what accrued)');
 
 done_testing();

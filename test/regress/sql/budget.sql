@@ -99,6 +99,19 @@ SELECT fs_spend_tokens('b_r', 2, 100, 'b_q') AS spent;
 PREPARE TRANSACTION 'fs_budget';
 COMMIT PREPARED 'fs_budget';
 SELECT token_balance FROM fs_tenants WHERE queue = 'b_q' AND tenant = 'b_r';  -- 1000 - 200
+-- A PREPARE that fails after its refunds were parked (the name is taken)
+-- gives them back once: from 800 (below the cap) to 800 again, not 900.
+CREATE TABLE b_holder (x int);
+BEGIN;
+INSERT INTO b_holder VALUES (1);
+PREPARE TRANSACTION 'b_taken';
+BEGIN;
+SELECT fs_spend_tokens('b_r', 1, 100, 'b_q') AS spent;
+PREPARE TRANSACTION 'b_taken';
+SELECT token_balance FROM fs_tenants WHERE queue = 'b_q' AND tenant = 'b_r';  -- 800
+ROLLBACK PREPARED 'b_taken';
+SELECT token_balance FROM fs_tenants WHERE queue = 'b_q' AND tenant = 'b_r';  -- 800
+DROP TABLE b_holder;
 -- Refunds of more than 16 tenants cannot be parked: the PREPARE fails, and
 -- its spends are given back as by any abort.
 SELECT fs_set_limit('*', 'b_pq', budget_ms_per_minute => 1000);
