@@ -146,6 +146,21 @@ fs_workdir() {
 	echo "$dir"
 }
 
+# fs_server_start DATA SOCKETDIR PORT LOG: initdb DATA and start a server
+# there as postgres, listening on PORT with its socket in SOCKETDIR, with
+# the postgresql.conf lines on stdin; its log in LOG.
+fs_server_start() {
+	local data="$1" sockets="$2" port="$3" log="$4"
+	fs_as_postgres "$PG_BINDIR/initdb" -D "$data" -U postgres -A trust --no-sync >/dev/null
+	{
+		echo "unix_socket_directories = '$sockets'"
+		echo "port = $port"
+		cat
+	} | fs_as_postgres sh -c "cat >> '$data/postgresql.conf'"
+	fs_as_postgres "$PG_BINDIR/pg_ctl" -D "$data" -l "$log" -w start >/dev/null ||
+		{ cat "$log" >&2; fs_die "the temporary server on port $port did not start"; }
+}
+
 # Start a throwaway cluster in $1 (as postgres, unix socket only, in $1) with
 # fairshare preloaded.  Extra postgresql.conf lines come on stdin (give it
 # </dev/null for none).  Sets PGHOST/PGPORT/PGDATA.
@@ -153,16 +168,11 @@ fs_cluster_start() {
 	local dir="$1" conf
 	conf="$(cat)"
 	export PGDATA="$dir/data" PGHOST="$dir" PGPORT="${PGPORT:-5499}" PGUSER=postgres
-	fs_as_postgres "$PG_BINDIR/initdb" -D "$PGDATA" -U postgres -A trust --no-sync >/dev/null
-	fs_as_postgres sh -c "cat >> '$PGDATA/postgresql.conf'" <<EOF
+	fs_server_start "$PGDATA" "$dir" "$PGPORT" "$dir/server.log" <<EOF
 listen_addresses = ''
-unix_socket_directories = '$dir'
-port = $PGPORT
 shared_preload_libraries = 'fairshare'
 $conf
 EOF
-	fs_as_postgres "$PG_BINDIR/pg_ctl" -D "$PGDATA" -l "$dir/server.log" -w start >/dev/null ||
-		{ cat "$dir/server.log" >&2; fs_die "the temporary server did not start"; }
 }
 
 fs_cluster_stop() {
@@ -181,18 +191,13 @@ fs_citus_cluster_start() {
 	conf="$(cat)"
 	for i in $(seq 0 "$workers"); do
 		p=$((port + i))
-		fs_as_postgres "$PG_BINDIR/initdb" -D "$dir/node$p" -U postgres -A trust --no-sync >/dev/null
-		fs_as_postgres sh -c "cat >> '$dir/node$p/postgresql.conf'" <<EOF
+		fs_server_start "$dir/node$p" "$dir" "$p" "$dir/node$p.log" <<EOF
 listen_addresses = '127.0.0.1'
-unix_socket_directories = '$dir'
-port = $p
 shared_preload_libraries = 'citus,fairshare'
 max_prepared_transactions = 100
 citus.enable_statistics_collection = off
 $conf
 EOF
-		fs_as_postgres "$PG_BINDIR/pg_ctl" -D "$dir/node$p" -l "$dir/node$p.log" -w start >/dev/null ||
-			{ cat "$dir/node$p.log" >&2; fs_die "the Citus node on port $p did not start"; }
 		fs_as_postgres "$PG_BINDIR/psql" -X -q -h "$dir" -p "$p" -d postgres -c 'CREATE EXTENSION citus' >/dev/null
 	done
 	{

@@ -155,6 +155,24 @@ fs_catalog_attnum(Oid relid, const char *name)
 }
 
 /*
+ * A whole scan of Citus catalog `relid` (they are small), read straight
+ * from the table: no privilege is needed.  fs_catalog_scan_end() ends it.
+ */
+static SysScanDesc
+fs_catalog_scan_begin(Oid relid, Relation *rel)
+{
+	*rel = table_open(relid, AccessShareLock);
+	return systable_beginscan(*rel, InvalidOid, false, NULL, 0, NULL);
+}
+
+static void
+fs_catalog_scan_end(SysScanDesc scan, Relation rel)
+{
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+}
+
+/*
  * This node's Citus group id: 0 on a coordinator and on a server without
  * Citus in this database.  Read straight from the catalog (no privilege
  * needed), then cached.
@@ -174,8 +192,7 @@ fs_cluster_group(void)
 	{
 		AttrNumber	attnum = fs_catalog_attnum(group_relid, "groupid");
 
-		rel = table_open(group_relid, AccessShareLock);
-		scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+		scan = fs_catalog_scan_begin(group_relid, &rel);
 		if (HeapTupleIsValid(tuple = systable_getnext(scan)))
 		{
 			bool		isnull;
@@ -183,13 +200,20 @@ fs_cluster_group(void)
 
 			group = isnull ? 0 : DatumGetInt32(d);
 		}
-		systable_endscan(scan);
-		table_close(rel, AccessShareLock);
+		fs_catalog_scan_end(scan, rel);
 	}
 	/* Negative while Citus upgrades its metadata: a group of its own, 0. */
 	group_cached = Max(group, 0);
 	fs_cluster_absent = !OidIsValid(group_relid);
 	return group_cached;
+}
+
+/* Whether this database has Citus (looked up once, then cached). */
+static bool
+fs_cluster_citus_here(void)
+{
+	(void) fs_cluster_group();
+	return !fs_cluster_absent;
 }
 
 /* A lease id as this node hands it out: its group in the high bits. */
@@ -244,8 +268,8 @@ fs_cluster_setup_table(void)
 	Oid			relid;
 	Oid			table = InvalidOid;
 
-	if (fs_cluster_group() == 0 && !OidIsValid(group_relid))
-		return InvalidOid;		/* no Citus here */
+	if (!fs_cluster_citus_here())
+		return InvalidOid;
 	generation = pg_atomic_read_u32(&fs_shared->limits_generation);
 	if (setup_loaded && setup_generation == generation)
 		return setup_table;
@@ -328,8 +352,7 @@ fs_cluster_load_map(Oid table)
 		AttrNumber	a_min = fs_catalog_attnum(shard_relid, "shardminvalue");
 		AttrNumber	a_max = fs_catalog_attnum(shard_relid, "shardmaxvalue");
 
-		rel = table_open(shard_relid, AccessShareLock);
-		scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+		scan = fs_catalog_scan_begin(shard_relid, &rel);
 		while (HeapTupleIsValid(tuple = systable_getnext(scan)))
 		{
 			TupleDesc	desc = RelationGetDescr(rel);
@@ -358,16 +381,14 @@ fs_cluster_load_map(Oid table)
 			shard_ids[count] = DatumGetInt64(heap_getattr(tuple, a_id, desc, &n1));
 			count++;
 		}
-		systable_endscan(scan);
-		table_close(rel, AccessShareLock);
+		fs_catalog_scan_end(scan, rel);
 	}
 	{
 		AttrNumber	a_id = fs_catalog_attnum(placement_relid, "shardid");
 		AttrNumber	a_state = fs_catalog_attnum(placement_relid, "shardstate");
 		AttrNumber	a_group = fs_catalog_attnum(placement_relid, "groupid");
 
-		rel = table_open(placement_relid, AccessShareLock);
-		scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+		scan = fs_catalog_scan_begin(placement_relid, &rel);
 		while (HeapTupleIsValid(tuple = systable_getnext(scan)))
 		{
 			TupleDesc	desc = RelationGetDescr(rel);
@@ -380,8 +401,7 @@ fs_cluster_load_map(Oid table)
 				if (shard_ids[i] == id)
 					shards[i].group = DatumGetInt32(heap_getattr(tuple, a_group, desc, &isnull));
 		}
-		systable_endscan(scan);
-		table_close(rel, AccessShareLock);
+		fs_catalog_scan_end(scan, rel);
 	}
 	pfree(shard_ids);
 	qsort(shards, count, sizeof(FsShard), fs_shard_cmp);
@@ -780,7 +800,7 @@ fs_cluster_is_distributed(Oid relid)
 	HeapTuple	tuple;
 	bool		found = false;
 
-	if (fs_cluster_group() == 0 && !OidIsValid(group_relid))
+	if (!fs_cluster_citus_here())
 		return false;
 	catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
 	if (!OidIsValid(catalog))
@@ -788,8 +808,7 @@ fs_cluster_is_distributed(Oid relid)
 	attnum = fs_catalog_attnum(catalog, "logicalrelid");
 	method_attnum = fs_catalog_attnum(catalog, "partmethod");
 	model_attnum = fs_catalog_attnum(catalog, "repmodel");
-	rel = table_open(catalog, AccessShareLock);
-	scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+	scan = fs_catalog_scan_begin(catalog, &rel);
 	while (!found && HeapTupleIsValid(tuple = systable_getnext(scan)))
 	{
 		bool		isnull;
@@ -802,8 +821,7 @@ fs_cluster_is_distributed(Oid relid)
 				  DatumGetChar(heap_getattr(tuple, model_attnum, RelationGetDescr(rel), &isnull)) == 's');
 		break;
 	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
+	fs_catalog_scan_end(scan, rel);
 	return found;
 }
 

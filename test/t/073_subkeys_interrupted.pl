@@ -49,6 +49,18 @@ sub counts_exact
 }
 counts_exact('at the start');
 
+# A session whose claim is asleep in the sub-key of row 1: it and its pid.
+sub start_slow_claim
+{
+	my $bg = $node->background_psql('postgres', on_error_stop => 0);
+	my $pid = $bg->query_safe('SELECT pg_backend_pid()');
+	$bg->query_safe("SET sk.sleep = '300'");
+	$bg->query_until(qr/started/, "\\echo started\nSELECT count(*) FROM fs_claim('sq', NULL::sj, 30);\n");
+	$node->poll_query_until('postgres', "SELECT wait_event = 'PgSleep' FROM pg_stat_activity WHERE pid = $pid")
+	  or die 'the claim did not start';
+	return ($bg, $pid);
+}
+
 # Terminated while its transaction holds claimed rows.
 my $bg = $node->background_psql('postgres', on_error_stop => 0);
 my $pid = $bg->query_safe('SELECT pg_backend_pid()');
@@ -61,12 +73,7 @@ eval { $bg->quit };
 counts_exact('terminated holding claimed rows');
 
 # Terminated in the middle of a claim (asleep in the sub-key of row 1).
-$bg = $node->background_psql('postgres', on_error_stop => 0);
-$pid = $bg->query_safe('SELECT pg_backend_pid()');
-$bg->query_safe("SET sk.sleep = '300'");
-$bg->query_until(qr/started/, "\\echo started\nSELECT count(*) FROM fs_claim('sq', NULL::sj, 30);\n");
-$node->poll_query_until('postgres', "SELECT wait_event = 'PgSleep' FROM pg_stat_activity WHERE pid = $pid")
-  or die 'the claim did not start';
+($bg, $pid) = start_slow_claim();
 $q->("SELECT pg_terminate_backend($pid)");
 $node->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid")
   or die "backend $pid did not exit";
@@ -75,12 +82,7 @@ counts_exact('terminated in a claim');
 
 # Cancelled in the middle of a claim: the statement is cancelled, the
 # session goes on.
-$bg = $node->background_psql('postgres', on_error_stop => 0);
-$pid = $bg->query_safe('SELECT pg_backend_pid()');
-$bg->query_safe("SET sk.sleep = '300'");
-$bg->query_until(qr/started/, "\\echo started\nSELECT count(*) FROM fs_claim('sq', NULL::sj, 30);\n");
-$node->poll_query_until('postgres', "SELECT wait_event = 'PgSleep' FROM pg_stat_activity WHERE pid = $pid")
-  or die 'the claim did not start';
+($bg, $pid) = start_slow_claim();
 $q->("SELECT pg_cancel_backend($pid)");
 my ($out) = $bg->query("SELECT 'after'");
 like($bg->{stderr}, qr/canceling statement due to user request/, 'a claim is cancelled');
