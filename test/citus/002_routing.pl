@@ -79,6 +79,14 @@ is($owner_b->safe_psql('postgres', "SELECT fs_release_slot($l1)"), 't', 'release
 is($q->("SELECT fs_release_slot($l1)"), 'f', 'a second release is false');
 is($q->("SELECT fs_renew_slot($l1)"), 'f', 'so is a renew of a released lease');
 
+# The node-side functions refuse a lease of another node (an anchor whose
+# shard is elsewhere): they never send it on.
+($ret, $out, $err) = $coord->psql('postgres', "SELECT * FROM fs_release_slot_at('$tb', $l2)");
+like($err, qr/fs_release_slot_at\(\) for lease $l2 ran on node group $gb, not on group $ga that granted it/,
+	'fs_release_slot_at() on another node is an error');
+($ret, $out, $err) = $coord->psql('postgres', "SELECT * FROM fs_renew_slot_at('$tb', $l2, '1 hour')");
+like($err, qr/fs_renew_slot_at\(\) for lease $l2 ran on node group $gb/, 'so is fs_renew_slot_at()');
+
 # In a transaction block: the owner's transaction joins, a rollback undoes.
 $q->("BEGIN; SELECT fs_acquire_slot('$ta', 'q'); SELECT fs_release_slot($l2); ROLLBACK");
 is($owner_a->safe_psql('postgres', "SELECT count(*) || '/' || max(state) FROM fs_leases WHERE tenant = '$ta'"),
