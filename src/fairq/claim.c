@@ -135,38 +135,30 @@ fs_claim_admit(FsQueue *queue, FsPlanTenant *pt, float8 budget_cost, int64 lease
 }
 
 /*
- * Run a claim query of `desc` in the caller's snapshot, with a fixed
- * search_path; an error is reported by queue and piece, without the query.
- * Its second column is the rows' key, whose type is the one the table gives
- * the key expression now: DDL (ALTER COLUMN ... TYPE) may have made it
- * another than the registered one, which the keys of the claim map and the
- * claim query's parameter are of.  That is an error, not a value to
- * interpret as the registered type.
+ * Run one of a registration's kept plans with `snapshot`, reporting an error
+ * by the registration's piece it came from.  A claim never JIT-compiles:
+ * its LIMIT is a parameter, which the planner takes for a tenth of a
+ * tenant's estimated rows, so on a table of some millions of rows the
+ * plan's cost passes jit_above_cost; compiling it then takes several times
+ * what running it does (4.7 ms against 0.3 ms for 10 rows of a 10M-row
+ * table), on every execution of the cached plan.
  */
-static void
-fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum *values,
-				 const char *nulls, const char *what)
+void
+fs_fair_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum *values,
+				const char *nulls, Snapshot snapshot, bool read_only, long count,
+				const char *what)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile int ret = 0;
-	Oid			key_type;
 
 	PG_TRY();
 	{
 		int			nest = fs_search_path_begin();
 
-		/*
-		 * Never JIT-compile a claim.  Its LIMIT is a parameter, which the
-		 * planner takes for a tenth of a tenant's estimated rows, so on a
-		 * table of some millions of rows the plan's cost passes
-		 * jit_above_cost; compiling it then takes several times what
-		 * running it does (4.7 ms against 0.3 ms for 10 rows of a 10M-row
-		 * table), on every execution of the cached plan.
-		 */
 		(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 								 true, 0, false);
-		ret = SPI_execute_snapshot(plan, values, nulls, GetActiveSnapshot(), InvalidSnapshot,
-								   false, false, 0);
+		ret = SPI_execute_snapshot(plan, values, nulls, snapshot, InvalidSnapshot,
+								   read_only, false, count);
 		fs_search_path_end(nest);
 		if (ret != SPI_OK_SELECT)
 			ereport(ERROR,
@@ -178,6 +170,22 @@ fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum 
 		fs_fair_query_error(cxt, desc, q, what);
 	}
 	PG_END_TRY();
+}
+
+/*
+ * Run a claim query (in the caller's snapshot).  Its second column is the
+ * rows' key, whose type is the one the table gives the key expression now:
+ * DDL (ALTER COLUMN ... TYPE) may have made it another than the registered
+ * one, which the keys of the claim map and the claim query's parameter are
+ * of.  That is an error, not a value to interpret as the registered type.
+ */
+static void
+fs_claim_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan, Datum *values,
+				 const char *nulls, const char *what)
+{
+	Oid			key_type;
+
+	fs_fair_execute(desc, q, plan, values, nulls, GetActiveSnapshot(), false, 0, what);
 	key_type = SPI_gettypeid(SPI_tuptable->tupdesc, 2);
 	if (key_type != desc->key_type)
 		ereport(ERROR,
@@ -301,17 +309,22 @@ fs_claim_elements_add(FsClaimElements *e, FsPlan *plan, int tenant, int leaf, in
 static void
 fs_claim_run(FsFairDesc *desc, FsPlan *plan, const FsQueryText *q, SPIPlanPtr spiplan,
 			 const FsClaimElements *e, bool subkeys, const FsSelection *sel,
-			 FsClaimOutput *out, float8 *costs, int32 *claimed)
+			 FsClaimOutput *out, float8 *costs, int32 *claimed, TimestampTz now)
 {
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[6 + FS_PROBE_START_MAX_COLS];
+	char		nulls[6 + FS_PROBE_START_MAX_COLS];
 	ArrayType  *held;
 	int			a = 0;
 	uint64		r;
 	TupleDesc	tupdesc;
+	bool		with_starts = spiplan == desc->claim_plan && desc->start_ncols > 0;
+	const char **names = NULL;
+	FsProbeDue	due[FS_PROBE_START_LOOKUPS];
+	int			ndue = 0;
 
 	if (e->n == 0)
 		return;
+	memset(nulls, ' ', sizeof(nulls));
 	values[a++] = PointerGetDatum(construct_array(e->tenants, e->n, TEXTOID, -1, false, TYPALIGN_INT));
 	if (subkeys)
 		values[a++] = PointerGetDatum(construct_array(e->subkeys, e->n, TEXTOID, -1, false,
@@ -324,6 +337,32 @@ fs_claim_run(FsFairDesc *desc, FsPlan *plan, const FsQueryText *q, SPIPlanPtr sp
 	nulls[a++] = sel->in == (Datum) 0 ? 'n' : ' ';
 	values[a] = sel->not_in;
 	nulls[a++] = sel->not_in == (Datum) 0 ? 'n' : ' ';
+	if (with_starts)
+	{
+		/* Where each tenant's probe starts (probe_start.c). */
+		int32	   *rows = palloc(sizeof(int32) * e->n);
+		Datum	   *starts[FS_PROBE_START_MAX_COLS];
+
+		names = palloc(sizeof(char *) * e->n);
+		for (int i = 0; i < e->n; i++)
+		{
+			names[i] = plan->tenants[e->tenant_of[i]].name;
+			rows[i] = DatumGetInt32(e->counts[i]);
+		}
+		for (int c = 0; c < desc->start_ncols; c++)
+			starts[c] = palloc(sizeof(Datum) * e->n);
+		ndue = fs_probe_starts_read(desc, e->n, names, rows, starts, due, now);
+		for (int c = 0; c < desc->start_ncols; c++)
+		{
+			int16		typlen;
+			bool		typbyval;
+			char		typalign;
+
+			get_typlenbyvalalign(desc->start_types[c], &typlen, &typbyval, &typalign);
+			values[a++] = PointerGetDatum(construct_array(starts[c], e->n, desc->start_types[c],
+														  typlen, typbyval, typalign));
+		}
+	}
 	fs_claim_execute(desc, q, spiplan, values, nulls, "claim query");
 
 	tupdesc = SPI_tuptable->tupdesc;
@@ -375,6 +414,8 @@ fs_claim_run(FsFairDesc *desc, FsPlan *plan, const FsQueryText *q, SPIPlanPtr sp
 		}
 		costs[(*claimed)++] = cost;
 	}
+	if (ndue > 0 && plan->may_advance_starts)
+		fs_probe_starts_advance(desc, names, due, ndue, now);
 }
 
 /*
@@ -433,12 +474,12 @@ fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, Timestam
 				fs_claim_elements_add(&leaves, plan, pl->tenant, i, pl->admitted);
 		}
 		fs_claim_run(desc, plan, &desc->leaf_q, desc->leaf_plan, &leaves, true, sel, out,
-					 costs, &claimed);
+					 costs, &claimed, now);
 		fs_claim_run(desc, plan, &desc->star_q, desc->star_plan, &star, false, sel, out,
-					 costs, &claimed);
+					 costs, &claimed, now);
 	}
 	fs_claim_run(desc, plan, &desc->claim_q, desc->claim_plan, &whole, false, sel, out,
-				 costs, &claimed);
+				 costs, &claimed, now);
 	return claimed;
 }
 
@@ -566,7 +607,7 @@ fs_claim_round_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelecti
  */
 static int32
 fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
-			   FsClaimOutput *out, bool *retry, FsSelection *sel)
+			   FsClaimOutput *out, bool *retry, FsSelection *sel, bool may_advance_starts)
 {
 	FsFairQueue *fq = desc->fq;
 	FsPlan		plan;
@@ -582,6 +623,7 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 	*retry = false;
 	if (!fs_claim_round_plan(desc, &plan, want, est_cost, now, sel))
 		return 0;
+	plan.may_advance_starts = may_advance_starts;
 	costs = palloc(sizeof(float8) * Max(want, 1));
 	claimed = fs_claim_round_query(desc, &plan, lease_usecs, now, out, costs, sel);
 	*retry = fs_claim_round_settle(desc, &plan, now, sel);
@@ -854,6 +896,13 @@ fs_claim(PG_FUNCTION_ARGS)
 	TimestampTz now;
 	int			i;
 
+	/*
+	 * Probe starts advance only in a claim whose transaction changed
+	 * nothing before it, and not under SERIALIZABLE (probe_start.c).
+	 */
+	bool		may_advance_starts = !FullTransactionIdIsValid(GetTopFullTransactionIdIfAny()) &&
+		!IsolationIsSerializable();
+
 	fs_check_primary("claim rows with fairshare");
 	desc = fs_fair_desc_arg(fcinfo, 0);
 	row_type = get_fn_expr_argtype(fcinfo->flinfo, 1);
@@ -894,7 +943,7 @@ fs_claim(PG_FUNCTION_ARGS)
 		{
 			bool		retry;
 			int32		got = fs_claim_round(desc, max_rows - claimed, lease_usecs, now,
-											 &out, &retry, &sel);
+											 &out, &retry, &sel, may_advance_starts);
 
 			claimed += got;
 			if (got == 0 && !retry)

@@ -148,8 +148,10 @@ fs_merge_subxact(SubTransactionId subid, SubTransactionId parent)
 				to->rows = to->leaves = 0;
 				to->charge = 0;
 				to->added = false;
+				to->reordered = false;
 			}
 			to->added |= copy.added;
+			to->reordered |= copy.reordered;
 			to->rows += copy.rows;
 			to->leaves += copy.leaves;
 			to->charge += copy.charge;
@@ -421,6 +423,9 @@ fs_commit(void)
 									  fs_delta_adder(delta));
 			if (leaf && delta->rows <= 0)
 				fs_commit_leaf_delta(delta);
+			/* Rows now visible may sort below the tenant's probe start. */
+			if ((delta->added || delta->reordered) && delta->key.tenant[0] != '\0')
+				fs_probe_start_reset(delta->queue, delta->key.tenant);
 		}
 		fs_apply_own_claims(fs_commit_now(&now));
 	}

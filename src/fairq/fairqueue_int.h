@@ -25,6 +25,8 @@
  *	                        releases leases automatically
  *	  subkeys.c             the second level of fair order: each tenant's
  *	                        sub-keys, their backlogs and their order
+ *	  probe_start.c         where a claim's probe of a busy tenant's rows
+ *	                        starts: past the index entries of rows gone
  *
  *-------------------------------------------------------------------------
  */
@@ -111,6 +113,39 @@ typedef struct FsFairCounters
 } FsFairCounters;
 
 /*
+ * Probe starts (probe_start.c): for the few tenants of a queue whose claims
+ * take several rows at a time, the order values (a row of the order_by
+ * columns) below which the tenant has no ready row, so that a claim's probe
+ * begins there instead of at the first index entry of the tenant, which
+ * after a flood of claims is the first of many entries of deleted rows.
+ */
+#define FS_PROBE_START_SLOTS	8
+#define FS_PROBE_START_MAX_COLS	3
+#define FS_PROBE_START_LOOKUPS	(2 * FS_PROBE_START_SLOTS)	/* per claim query */
+
+typedef struct FsProbeStart
+{
+	uint32		tenant_hash;	/* of tenant; tenant "" when unused */
+	char		tenant[FS_NAME_BUFLEN];
+	bool		valid;			/* values hold a start */
+	uint32		gen;			/* moves on at every change of the slot,
+								 * never back (across reuse too) */
+	int32		rows_since;		/* rows planned since an advance was due */
+	uint64		used_at;		/* the set's clock when last planned */
+	TimestampTz set_at;			/* when values were set */
+	Datum		values[FS_PROBE_START_MAX_COLS];
+} FsProbeStart;
+
+typedef struct FsProbeStarts
+{
+	slock_t		mutex;			/* everything below but nused's reads */
+	pg_atomic_uint32 nused;		/* slots in use; commits read it unlocked */
+	uint32		signature;		/* the registration the values are of */
+	uint64		clock;			/* moves on at every planning */
+	FsProbeStart slots[FS_PROBE_START_SLOTS];
+} FsProbeStarts;
+
+/*
  * Fair-order state of a queue, by queue_id.  Everything is under `lock`
  * (shmem.c rule 8), and so are the chunks and directory nodes of its heap,
  * and the heap_index of each tenant entry in it.
@@ -151,6 +186,7 @@ typedef struct FsFairQueue
 								 * room for: claimed without fair order */
 	TimestampTz last_resync_at;
 	FsFairCounters counters;
+	FsProbeStarts probe_starts; /* under its own mutex, not `lock` */
 } FsFairQueue;
 
 typedef struct FsFairShared
@@ -263,6 +299,18 @@ typedef struct FsFairDesc
 	FsQueryText latency_q;
 	FsQueryText leaf_q;
 	FsQueryText star_q;
+	/*
+	 * Probe starts (probe_start.c): the order_by columns they are values
+	 * of (0: the queue has none), and the query that finds a tenant's
+	 * first ready row from a start.
+	 */
+	int			start_ncols;
+	AttrNumber	start_attnums[FS_PROBE_START_MAX_COLS];
+	Oid			start_types[FS_PROBE_START_MAX_COLS];
+	char	   *start_columns[FS_PROBE_START_MAX_COLS];	/* quoted names */
+	uint32		start_signature;
+	SPIPlanPtr	start_plan;
+	FsQueryText start_q;
 	HTAB	   *subkey_weights; /* fs_subkey_weights of the queue (subkeys.c) */
 	uint32		subkey_weights_generation;
 } FsFairDesc;
@@ -469,6 +517,7 @@ extern void fs_track_release(FsRelRole *role, const FsClaimEntry *entry, bool re
 							 int64 held_usecs);
 extern void fs_delta_add(FsQueue *queue, const char *tenant, const char *subkey, int64 rows,
 						 int32 leaves, float8 charge);
+extern void fs_delta_reordered(FsQueue *queue, const char *tenant, const char *subkey);
 extern void fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value,
 							  Oid type, int16 typlen, bool typbyval);
 extern Size fs_claim_map_shmem_size(void);
@@ -685,6 +734,28 @@ extern void fs_fair_debug_check(FsFairQueue *fq);
 #define FS_FAIR_DEBUG_CHECK(fq) ((void) 0)
 #endif
 
+/* An advance of a probe start that fell due (probe_start.c). */
+typedef struct FsProbeDue
+{
+	int			element;		/* of the claim query */
+	int			slot;
+	uint32		gen;			/* the slot's, when read */
+	Datum		from[FS_PROBE_START_MAX_COLS];
+} FsProbeDue;
+
+extern void fs_probe_start_columns(FsFairDesc *desc, Relation rel);
+extern void fs_probe_starts_init(FsProbeStarts *ps);
+extern void fs_probe_starts_clear(FsProbeStarts *ps);
+extern int	fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tenants,
+								 const int32 *rows, Datum **starts, FsProbeDue *due,
+								 TimestampTz now);
+extern void fs_probe_starts_advance(FsFairDesc *desc, const char *const *tenants,
+									const FsProbeDue *due, int ndue, TimestampTz now);
+extern void fs_probe_start_reset(FsQueue *queue, const char *tenant);
+extern void fs_fair_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan,
+							Datum *values, const char *nulls, Snapshot snapshot,
+							bool read_only, long count, const char *what);
+
 /* One tenant of a plan. */
 typedef struct FsPlanTenant
 {
@@ -730,6 +801,7 @@ typedef struct FsPlan
 	FsGateCapacity cap;			/* the global gate, as of the plan */
 	float8		budget_cost;	/* tokens (ms) a claimed row takes */
 	bool		skip_dry;		/* pass over tenants that came up short lately */
+	bool		may_advance_starts; /* probe starts may advance (probe_start.c) */
 	bool		skipped_dry;	/* ... and some were passed over */
 	/*
 	 * A claim with a selection (fs_claim()'s selector_in, selector_not_in):

@@ -226,6 +226,7 @@ fs_fairqueue_shmem_init(void)
 			fq->avg_cost = 1.0;
 			fq->avg_runtime_ms = 1.0;
 			fq->heap_root = -1;
+			fs_probe_starts_init(&fq->probe_starts);
 		}
 		p = (char *) fs_fair + MAXALIGN(offsetof(FsFairShared, queues) +
 										sizeof(FsFairQueue) * fs_max_queues);
@@ -960,6 +961,7 @@ fs_fair_forget(FsQueue *queue)
 	fq->synced = false;
 	fq->forget_gen++;
 	LWLockRelease(fq->lock);
+	fs_probe_starts_clear(&fq->probe_starts);
 }
 
 /* ----------------------------------------------------------------

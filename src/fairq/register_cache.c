@@ -172,14 +172,18 @@ fs_desc_free(FsFairDesc *desc)
 		SPI_freeplan(desc->leaf_plan);
 	if (desc->star_plan)
 		SPI_freeplan(desc->star_plan);
+	if (desc->start_plan)
+		SPI_freeplan(desc->start_plan);
 	desc->claim_plan = desc->fifo_plan = desc->count_plan = desc->latency_plan = NULL;
-	desc->leaf_plan = desc->star_plan = NULL;
+	desc->leaf_plan = desc->star_plan = desc->start_plan = NULL;
+	desc->start_ncols = 0;
 	memset(&desc->claim_q, 0, sizeof(FsQueryText));
 	memset(&desc->fifo_q, 0, sizeof(FsQueryText));
 	memset(&desc->count_q, 0, sizeof(FsQueryText));
 	memset(&desc->latency_q, 0, sizeof(FsQueryText));
 	memset(&desc->leaf_q, 0, sizeof(FsQueryText));
 	memset(&desc->star_q, 0, sizeof(FsQueryText));
+	memset(&desc->start_q, 0, sizeof(FsQueryText));
 	/* The weights' table lives in cxt. */
 	desc->subkey_weights = NULL;
 	desc->subkey_weights_generation = 0;
@@ -295,6 +299,36 @@ fs_q_selection(FsFairDesc *desc, FsQueryText *q, StringInfo buf, int in, int not
 	}
 }
 
+/*
+ * " AND (c1, c2) >= (<prefix>1, <prefix>2)" over the probe start columns
+ * (probe_start.c): the start as parameters from $<param> on when param is
+ * not 0, else as columns named <prefix>1, ...  A row comparison, so that
+ * the index scan of (tenant, c1, c2) begins at the start.
+ */
+static void
+fs_q_start_bound(FsFairDesc *desc, FsQueryText *q, StringInfo buf, const char *prefix, int param)
+{
+	fs_q_sql(buf, " AND (");
+	for (int c = 0; c < desc->start_ncols; c++)
+	{
+		if (c > 0)
+			fs_q_sql(buf, ", ");
+		fs_q_sql(buf, FS_ROW_ALIAS ".");
+		fs_q_piece(q, buf, "order_by", desc->start_columns[c]);
+	}
+	fs_q_sql(buf, desc->start_ncols > 1 ? ") OPERATOR(pg_catalog.>=) ROW(" : ") OPERATOR(pg_catalog.>=) (");
+	for (int c = 0; c < desc->start_ncols; c++)
+	{
+		if (c > 0)
+			fs_q_sql(buf, ", ");
+		if (param > 0)
+			appendStringInfo(buf, "$%d", param + c);
+		else
+			appendStringInfo(buf, "%s%d", prefix, c + 1);
+	}
+	fs_q_sql(buf, ")");
+}
+
 /* Which rows a fair claim query takes of each tenant it is given. */
 typedef enum FsClaimShape
 {
@@ -315,7 +349,8 @@ fs_desc_prepare_fair(FsFairDesc *desc, FsQueryText *q, FsClaimShape shape, Oid k
 {
 	bool		leaves = shape == FS_CLAIM_LEAVES;
 	int			held = leaves ? 4 : 3;	/* the held keys' parameter */
-	Oid			types[6];
+	bool		starts = shape == FS_CLAIM_TENANTS && desc->start_ncols > 0;
+	Oid			types[6 + FS_PROBE_START_MAX_COLS];
 	int			ntypes = 0;
 	StringInfoData buf;
 
@@ -326,6 +361,8 @@ fs_desc_prepare_fair(FsFairDesc *desc, FsQueryText *q, FsClaimShape shape, Oid k
 	types[ntypes++] = keys_type;
 	types[ntypes++] = TEXTARRAYOID;
 	types[ntypes++] = TEXTARRAYOID;
+	for (int c = 0; starts && c < desc->start_ncols; c++)
+		types[ntypes++] = get_array_type(desc->start_types[c]);
 
 	fs_q_begin(desc, q, &buf);
 	fs_q_sql(&buf, leaves ?
@@ -338,10 +375,17 @@ fs_desc_prepare_fair(FsFairDesc *desc, FsQueryText *q, FsClaimShape shape, Oid k
 			 "   SELECT " :
 			 "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
 			 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
-			 " pg_catalog.unnest($2::pg_catalog.int4[]))"
-			 "       WITH ORDINALITY AS p(fs_tenant, fs_n, fs_ord)"
-			 " CROSS JOIN LATERAL ("
-			 "   SELECT ");
+			 " pg_catalog.unnest($2::pg_catalog.int4[])");
+	if (!leaves)
+	{
+		/* Each tenant's probe start (probe_start.c): $6 on, a column each. */
+		for (int c = 0; starts && c < desc->start_ncols; c++)
+			appendStringInfo(&buf, ", pg_catalog.unnest($%d)", 6 + c);
+		fs_q_sql(&buf, ") WITH ORDINALITY AS p(fs_tenant, fs_n");
+		for (int c = 0; starts && c < desc->start_ncols; c++)
+			appendStringInfo(&buf, ", fs_start%d", c + 1);
+		fs_q_sql(&buf, ", fs_ord) CROSS JOIN LATERAL (   SELECT ");
+	}
 	fs_q_paren(q, &buf, "key", desc->key);
 	fs_q_sql(&buf, " AS fs_key, ");
 	fs_q_cost(desc, q, &buf);
@@ -370,6 +414,8 @@ fs_desc_prepare_fair(FsFairDesc *desc, FsQueryText *q, FsClaimShape shape, Oid k
 		fs_q_paren(q, &buf, "subkey", desc->subkey);
 		fs_q_sql(&buf, " OPERATOR(pg_catalog.=) '" FS_SUBKEY_NONE "')");
 	}
+	if (starts)
+		fs_q_start_bound(desc, q, &buf, "p.fs_start", 0);
 	fs_q_where_tail(desc, q, &buf, true);
 	appendStringInfo(&buf, "      AND ($%d IS NULL OR ", held);
 	fs_q_paren(q, &buf, "key", desc->key);
@@ -387,6 +433,51 @@ fs_desc_prepare_fair(FsFairDesc *desc, FsQueryText *q, FsClaimShape shape, Oid k
 	fs_q_sql(&buf, "    LIMIT p.fs_n      FOR UPDATE OF " FS_ROW_ALIAS " SKIP LOCKED) s");
 	fs_q_end(q, &buf);
 	return fs_prepare(desc, q, ntypes, types, CURSOR_OPT_GENERIC_PLAN, "claim query");
+}
+
+/*
+ * The probe start query (probe_start.c): the order values of tenant $1's
+ * first row in the ready state at or above the start $2, ... (not locked:
+ * a locked row is one the start must not pass).
+ */
+static void
+fs_desc_prepare_start(FsFairDesc *desc)
+{
+	FsQueryText *q = &desc->start_q;
+	Oid			types[1 + FS_PROBE_START_MAX_COLS];
+	StringInfoData buf;
+
+	types[0] = TEXTOID;
+	for (int c = 0; c < desc->start_ncols; c++)
+		types[1 + c] = desc->start_types[c];
+	fs_q_begin(desc, q, &buf);
+	fs_q_sql(&buf, "SELECT ");
+	for (int c = 0; c < desc->start_ncols; c++)
+	{
+		if (c > 0)
+			fs_q_sql(&buf, ", ");
+		fs_q_sql(&buf, FS_ROW_ALIAS ".");
+		fs_q_piece(q, &buf, "order_by", desc->start_columns[c]);
+	}
+	fs_q_from(desc, q, &buf);
+	fs_q_sql(&buf, " WHERE ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.>=) $1 AND ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	fs_q_sql(&buf, " OPERATOR(pg_catalog.<=) $1");
+	fs_q_start_bound(desc, q, &buf, NULL, 2);
+	fs_q_where_tail(desc, q, &buf, false);
+	fs_q_sql(&buf, " ORDER BY ");
+	fs_q_paren(q, &buf, "tenant", desc->tenant);
+	for (int c = 0; c < desc->start_ncols; c++)
+	{
+		fs_q_sql(&buf, ", " FS_ROW_ALIAS ".");
+		fs_q_piece(q, &buf, "order_by", desc->start_columns[c]);
+	}
+	fs_q_sql(&buf, " LIMIT 1");
+	fs_q_end(q, &buf);
+	desc->start_plan = fs_prepare(desc, q, 1 + desc->start_ncols, types,
+								  CURSOR_OPT_GENERIC_PLAN, "probe start query");
 }
 
 /*
@@ -432,6 +523,8 @@ fs_desc_prepare(FsFairDesc *desc)
 		desc->leaf_plan = fs_desc_prepare_fair(desc, &desc->leaf_q, FS_CLAIM_LEAVES, keys_type);
 		desc->star_plan = fs_desc_prepare_fair(desc, &desc->star_q, FS_CLAIM_STAR, keys_type);
 	}
+	if (desc->start_ncols > 0)
+		fs_desc_prepare_start(desc);
 
 	q = &desc->fifo_q;
 	fs_q_begin(desc, q, &buf);
@@ -756,6 +849,7 @@ fs_desc_texts(FsFairDesc *desc, HeapTuple row, TupleDesc rowdesc)
 									queue, cxt, NULL);
 	desc->selector = fs_row_text(row, rowdesc, "selector", rel, FS_EXPR_SELECTOR, queue, cxt, NULL);
 	desc->subkey = fs_row_text(row, rowdesc, "subkey", rel, FS_EXPR_SUBKEY, queue, cxt, NULL);
+	fs_probe_start_columns(desc, rel);
 	fs_search_path_end(nest);
 	relation_close(rel, NoLock);
 

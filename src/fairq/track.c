@@ -166,12 +166,11 @@ fs_xact_event_add(const char *queue_name, int kind)
 }
 
 /*
- * Count `rows` more (or fewer) ready rows of `tenant` in `queue` for this
- * subtransaction, applied to shared memory when the transaction commits.
+ * The record of (queue, tenant, sub-key) for this subtransaction, made
+ * empty if there is none.
  */
-void
-fs_delta_add(FsQueue *queue, const char *tenant, const char *subkey, int64 rows, int32 leaves,
-			 float8 charge)
+static FsDelta *
+fs_delta_enter(FsQueue *queue, const char *tenant, const char *subkey)
 {
 	FsDeltaKey	key;
 	FsDelta    *delta;
@@ -193,12 +192,37 @@ fs_delta_add(FsQueue *queue, const char *tenant, const char *subkey, int64 rows,
 		delta->leaves = 0;
 		delta->charge = 0;
 		delta->added = false;
+		delta->reordered = false;
 	}
+	return delta;
+}
+
+/*
+ * Count `rows` more (or fewer) ready rows of `tenant` in `queue` for this
+ * subtransaction, applied to shared memory when the transaction commits.
+ */
+void
+fs_delta_add(FsQueue *queue, const char *tenant, const char *subkey, int64 rows, int32 leaves,
+			 float8 charge)
+{
+	FsDelta    *delta = fs_delta_enter(queue, tenant, subkey);
+
 	if (rows > 0)
 		delta->added = true;
 	delta->rows += rows;
 	delta->leaves += leaves;
 	delta->charge += charge;
+}
+
+/*
+ * A ready row of `tenant` in `queue` was updated and stayed ready: its
+ * place in the order may have changed, which its commit tells the probe
+ * starts (probe_start.c).
+ */
+void
+fs_delta_reordered(FsQueue *queue, const char *tenant, const char *subkey)
+{
+	fs_delta_enter(queue, tenant, subkey)->reordered = true;
 }
 
 /*

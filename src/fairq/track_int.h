@@ -29,6 +29,8 @@ typedef struct FsDelta
 	float8		charge;			/* their cost */
 	bool		added;			/* a row entered the ready state (whatever
 								 * the net change) */
+	bool		reordered;		/* a ready row was updated and stayed ready,
+								 * maybe at another place in the order */
 } FsDelta;
 
 /*

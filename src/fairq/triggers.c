@@ -195,6 +195,8 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 					fs_delta_add(role->queue, old_tenant, old_subkey, -1, 0, 0);
 					fs_delta_add(role->queue, new_tenant, new_subkey, 1, 0, 0);
 				}
+				else if (new_tenant[0] != '\0')
+					fs_delta_reordered(role->queue, new_tenant, new_subkey);
 				old_in = new_in = false;
 			}
 		}
