@@ -93,6 +93,10 @@
  *	  changes the queue's backlog is inside it from pre-commit until its
  *	  changes are applied, and a recount closes it for the instant it takes
  *	  its snapshot.  Nobody waits at a barrier holding a fairshare lock.
+ *	  A queue's probe starts (fairq/probe_start.c) are under a spinlock of
+ *	  their own, taken with no other fairshare lock held and for a few
+ *	  comparisons and copies only; commits read how many are in use without
+ *	  it (the file says why that is safe).
  *
  * 9. Where shared state changes.  Each kind of entry changes through a small
  *	  set of functions in one place, under the locks above, and each set
@@ -105,6 +109,7 @@
  *	  - a queue's fair-order state: fairq/fairqueue_int.h
  *		(fs_fair_changed()); its heap: fairq/order.c;
  *	  - the claim map: fairq/claim_map.c (fs_claim_map_changed());
+ *	  - a queue's probe starts: fairq/probe_start.c;
  *	  - worker heartbeats and a queue's gate figures: gate/gate.c
  *		(fs_worker_heartbeat(), fs_gate_recount(), fs_gate_set_latency()).
  *

@@ -1,0 +1,122 @@
+# Probe starts under real concurrency: 12 pgbench clients claim batches
+# from a queue ordered by (priority, id), which uses probe starts, while
+# others enqueue rows above and below every start, move rows to the front
+# of their tenant's order, lock a tenant's first row for a moment outside
+# fairshare, and roll claims back.  After each of three bursts, with
+# nothing else running, one claim returns for each tenant exactly its first
+# rows in order, and every tenant some (no start passed a ready row); no row was claimed twice;
+# counts equal the table's; the queue drains.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FairshareTest;
+
+my $node = fs_node('probe_starts');
+my $q = sub { $node->safe_psql('postgres', shift) };
+
+$q->(q{
+	CREATE TABLE pj (id bigint PRIMARY KEY, tenant text NOT NULL, priority int NOT NULL DEFAULT 0);
+	CREATE TABLE claimed (job_id bigint PRIMARY KEY, tenant text NOT NULL);
+	CREATE SEQUENCE high START 1000000;
+	CREATE SEQUENCE low;
+	SELECT queue FROM fs_register_queue('pq', 'pj', tenant => 'tenant', order_by => 'priority, id');
+	INSERT INTO pj (id, tenant) SELECT i, 't' || (i % 3) FROM generate_series(1, 240000) i;
+	SELECT fs_resync('pq');
+});
+
+# A batch, its rows deleted in its transaction; a batch rolled back.
+my $batch = q{
+\set n random(4, 12)
+WITH c AS (SELECT lease_id, (j.job).id, j.tenant FROM fs_claim('pq', NULL::pj, :n) j),
+     d AS (DELETE FROM pj USING c WHERE pj.id = c.id),
+     l AS (INSERT INTO claimed SELECT id, tenant FROM c)
+SELECT count(fs_release_slot(lease_id)) FROM c;
+};
+my $undo = q{
+BEGIN;
+WITH c AS (SELECT (j.job).id FROM fs_claim('pq', NULL::pj, 10) j)
+DELETE FROM pj USING c WHERE pj.id = c.id;
+ROLLBACK;
+};
+# Rows above and below every start; a row moved to the front of its
+# tenant's order; a tenant's first row locked outside fairshare.
+my $enqueue = q{
+\set t random(0, 2)
+\set u random(0, 2)
+INSERT INTO pj (id, tenant) VALUES (nextval('high'), 't' || :t), (-nextval('low'), 't' || :u);
+};
+my $move = q{
+\set t random(0, 2)
+UPDATE pj SET priority = -1
+ WHERE id = (SELECT id FROM pj WHERE tenant = 't' || :t AND priority = 0
+              ORDER BY id DESC LIMIT 1 FOR UPDATE SKIP LOCKED);
+};
+my $lock = q{
+\set t random(0, 2)
+BEGIN;
+SELECT id FROM pj WHERE tenant = 't' || :t ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED;
+\sleep 2 ms
+COMMIT;
+};
+
+# With nothing else running: a claim of 30 (rolled back) takes, of each
+# tenant it serves, exactly the tenant's first rows.
+my $check = q{
+	BEGIN;
+	CREATE TEMP TABLE got ON COMMIT DROP AS
+	  SELECT j.tenant, (j.job).priority, (j.job).id FROM fs_claim('pq', NULL::pj, 30) j;
+	SELECT count(*) || ' ' || (SELECT count(*) || '/' || count(DISTINCT tenant) FROM got)
+	  FROM (SELECT tenant, array_agg(id ORDER BY priority, id) AS ids, count(*) AS k
+	          FROM got GROUP BY 1) g
+	 WHERE g.ids <> ARRAY(SELECT id FROM pj WHERE tenant = g.tenant ORDER BY priority, id LIMIT g.k);
+	ROLLBACK;
+};
+
+for my $burst (1 .. 3)
+{
+	$node->pgbench(
+		'--no-vacuum --client=12 --jobs=4 --time=3 --max-tries=1',
+		0,
+		[qr{number of failed transactions: 0 \(0\.000%\)}],
+		[qr{^$}],
+		"burst $burst: 12 clients claim, roll back, enqueue low and high, move and lock rows",
+		{
+			"ps_batch_$burst\@8" => $batch,
+			"ps_undo_$burst\@1" => $undo,
+			"ps_enqueue_$burst\@2" => $enqueue,
+			"ps_move_$burst\@1" => $move,
+			"ps_lock_$burst\@1" => $lock,
+		});
+	my ($wrong, $got) = split / /, $q->($check);
+	is($wrong, '0', "burst $burst: a claim took each tenant's first rows, in order");
+	is($got, '30/3', "burst $burst: the claim got 30 rows, of all three tenants");
+}
+
+my $served = $q->("SELECT count(*) FROM claimed");
+ok($served > 3000, "many rows were claimed concurrently ($served)");
+is($q->("SELECT count(*) FROM claimed c JOIN pj ON pj.id = c.job_id"), '0',
+	'no claimed row is still in the table');
+is($q->("SELECT coalesce(sum(ready_rows), 0) FROM fs_tenants WHERE queue = 'pq'"),
+	$q->("SELECT count(*) FROM pj"), 'every tenant counts what the table has');
+$q->(q{
+	DO $$
+	DECLARE n int;
+	BEGIN
+	    LOOP
+	        WITH c AS (SELECT lease_id, (j.job).id FROM fs_claim('pq', NULL::pj, 500) j),
+	             d AS (DELETE FROM pj USING c WHERE pj.id = c.id)
+	        SELECT count(fs_release_slot(lease_id)) INTO n FROM c;
+	        EXIT WHEN n = 0;
+	    END LOOP;
+	END $$;
+});
+is($q->("SELECT count(*) FROM pj"), '0', 'the queue drains');
+is($q->("SELECT count(*) FROM fs_leases WHERE queue = 'pq'"), '0', 'no lease is left');
+is($q->("SELECT fail_open FROM fs_stats"), '0', 'nothing failed open');
+ok(!$node->log_contains(qr/terminated by signal|invariant violated/), 'no crash, no broken invariant');
+
+$node->stop;
+done_testing();
