@@ -129,6 +129,13 @@ fs_common_init(void)
 							   "",
 							   PGC_SUSET, GUC_NOT_IN_SAMPLE,
 							   NULL, fs_debug_out_of_memory_assign, NULL);
+	DefineCustomStringVariable("fairshare.debug_pause",
+							   "Debug build only: the pause point at which to sleep, and how long.",
+							   "name:milliseconds; empty (the default) sleeps nowhere.",
+							   &fs_debug_pause,
+							   "",
+							   PGC_SUSET, GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, NULL);
 #endif
 }
 
@@ -262,6 +269,27 @@ fs_fault_point_pass(const char *point)
 			 errmsg("out of memory"),
 			 errdetail("Injected at fairshare's fault point \"%s\" (fairshare.debug_out_of_memory).",
 					   point)));
+}
+
+char	   *fs_debug_pause = NULL;
+
+/*
+ * The debug build's pause (FS_PAUSE_POINT): sleep as long as
+ * fairshare.debug_pause says when it names this point.  pg_usleep(), so
+ * that it may run where interrupts are held (a commit's callbacks).
+ */
+void
+fs_pause_point_pass(const char *point)
+{
+	const char *colon = strchr(fs_debug_pause, ':');
+	size_t		len = colon != NULL ? (size_t) (colon - fs_debug_pause) : 0;
+	int			ms;
+
+	if (len == 0 || len != strlen(point) || strncmp(fs_debug_pause, point, len) != 0)
+		return;
+	ms = atoi(colon + 1);
+	if (ms > 0 && ms <= 60000)
+		pg_usleep((long) ms * 1000L);
 }
 
 /* The debug build's report of a broken invariant (FS_INVARIANT). */

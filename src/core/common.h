@@ -129,4 +129,23 @@ extern void fs_fault_point_pass(const char *point);
 #define FS_FAULT_POINT(point) ((void) 0)
 #endif
 
+/*
+ * Pause points, in the debug build only: FS_PAUSE_POINT(name) sleeps for
+ * the milliseconds fairshare.debug_pause gives when it names the point
+ * (name:ms), so that a test can make a narrow window between two steps of
+ * fairshare wide enough to act in (test/t/054_probe_start_commit.pl).
+ * Compiled out otherwise.
+ */
+#ifdef FS_DEBUG
+extern char *fs_debug_pause;
+extern void fs_pause_point_pass(const char *point);
+#define FS_PAUSE_POINT(point) \
+	do { \
+		if (unlikely(fs_debug_pause != NULL && fs_debug_pause[0] != '\0')) \
+			fs_pause_point_pass(point); \
+	} while (0)
+#else
+#define FS_PAUSE_POINT(point) ((void) 0)
+#endif
+
 #endif							/* FAIRSHARE_COMMON_H */

@@ -894,15 +894,15 @@ fs_claim(PG_FUNCTION_ARGS)
 	int32		claimed = 0;
 	int			rounds = 0;
 	TimestampTz now;
+	bool		may_advance_starts;
 	int			i;
 
 	/*
 	 * Probe starts advance only in a claim whose transaction changed
 	 * nothing before it, and not under SERIALIZABLE (probe_start.c).
 	 */
-	bool		may_advance_starts = !FullTransactionIdIsValid(GetTopFullTransactionIdIfAny()) &&
+	may_advance_starts = !FullTransactionIdIsValid(GetTopFullTransactionIdIfAny()) &&
 		!IsolationIsSerializable();
-
 	fs_check_primary("claim rows with fairshare");
 	desc = fs_fair_desc_arg(fcinfo, 0);
 	row_type = get_fn_expr_argtype(fcinfo->flinfo, 1);

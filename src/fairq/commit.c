@@ -277,6 +277,7 @@ fs_pre_commit(void)
 	{
 		hash_seq_init(&seq, fs_xact.deltas);
 		while ((delta = hash_seq_search(&seq)) != NULL)
+		{
 			if (delta->rows > 0 && delta->key.tenant[0] != '\0')
 			{
 				FsTenantRef ref;
@@ -284,6 +285,10 @@ fs_pre_commit(void)
 				if (fs_tenant_open(delta->queue, delta->key.tenant, FS_OPEN_CREATE, &ref) != NULL)
 					fs_tenant_close(&ref);
 			}
+			/* Rows soon visible may sort below the tenant's probe start. */
+			if ((delta->added || delta->reordered) && delta->key.tenant[0] != '\0')
+				fs_probe_starts_committing(delta->queue, delta->key.tenant);
+		}
 	}
 
 	/*
@@ -399,6 +404,8 @@ fs_commit(void)
 	TimestampTz now = 0;
 	FsTenantChange c;
 
+	/* The transaction's rows are visible; nothing here has run yet. */
+	FS_PAUSE_POINT("commit_visible");
 	if (hash_get_num_entries(fs_xact.deltas) > 0)
 	{
 		hash_seq_init(&seq, fs_xact.deltas);
@@ -538,11 +545,13 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			break;
 		case XACT_EVENT_COMMIT:
 			fs_commit();
+			fs_probe_starts_committed();
 			fs_barriers_leave_all();
 			fs_xact_reset();
 			break;
 		case XACT_EVENT_ABORT:
 			fs_undo_claims(InvalidSubTransactionId);
+			fs_probe_starts_committed();
 			fs_barriers_leave_all();
 			if (fs_xact.events != NIL)
 				fs_fair_invalidate_all();

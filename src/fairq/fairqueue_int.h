@@ -118,10 +118,13 @@ typedef struct FsFairCounters
  * columns) below which the tenant has no ready row, so that a claim's probe
  * begins there instead of at the first index entry of the tenant, which
  * after a flood of claims is the first of many entries of deleted rows.
+ * Values are kept as int64 (every start column's type fits), never as a
+ * Datum, which may be a pointer.
  */
 #define FS_PROBE_START_SLOTS	8
 #define FS_PROBE_START_MAX_COLS	3
 #define FS_PROBE_START_LOOKUPS	(2 * FS_PROBE_START_SLOTS)	/* per claim query */
+#define FS_PROBE_START_COMMITTING	64	/* buckets of committing tenants */
 
 typedef struct FsProbeStart
 {
@@ -132,17 +135,24 @@ typedef struct FsProbeStart
 								 * never back (across reuse too) */
 	int32		rows_since;		/* rows planned since an advance was due */
 	uint64		used_at;		/* the set's clock when last planned */
-	TimestampTz set_at;			/* when values were set */
-	Datum		values[FS_PROBE_START_MAX_COLS];
+	TimestampTz full_at;		/* when a start was last found from the
+								 * tenant's first entry */
+	int64		values[FS_PROBE_START_MAX_COLS];
 } FsProbeStart;
 
 typedef struct FsProbeStarts
 {
-	slock_t		mutex;			/* everything below but nused's reads */
+	slock_t		mutex;			/* the slots and the fields below */
 	pg_atomic_uint32 nused;		/* slots in use; commits read it unlocked */
 	uint32		signature;		/* the registration the values are of */
 	uint64		clock;			/* moves on at every planning */
 	FsProbeStart slots[FS_PROBE_START_SLOTS];
+	/*
+	 * Transactions between their pre-commit and the end of their commit
+	 * that put rows into the ready state, by tenant hash bucket: while a
+	 * bucket is not 0, its tenants' starts are neither used nor set.
+	 */
+	pg_atomic_uint32 committing[FS_PROBE_START_COMMITTING];
 } FsProbeStarts;
 
 /*
@@ -740,6 +750,7 @@ typedef struct FsProbeDue
 	int			element;		/* of the claim query */
 	int			slot;
 	uint32		gen;			/* the slot's, when read */
+	bool		full;			/* from the tenant's first entry */
 	Datum		from[FS_PROBE_START_MAX_COLS];
 } FsProbeDue;
 
@@ -751,7 +762,9 @@ extern int	fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tena
 								 TimestampTz now);
 extern void fs_probe_starts_advance(FsFairDesc *desc, const char *const *tenants,
 									const FsProbeDue *due, int ndue, TimestampTz now);
+extern void fs_probe_starts_committing(FsQueue *queue, const char *tenant);
 extern void fs_probe_start_reset(FsQueue *queue, const char *tenant);
+extern void fs_probe_starts_committed(void);
 extern void fs_fair_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan,
 							Datum *values, const char *nulls, Snapshot snapshot,
 							bool read_only, long count, const char *what);

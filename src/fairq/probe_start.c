@@ -7,15 +7,15 @@
  * from the tenant's first entry.  Claimed rows are deleted (or updated out
  * of the ready state), and their index entries stay until vacuum: after a
  * flood of claims every probe of the tenant walks over all of them first.
- * Solid Queue's FIFO claim walks them too, in its narrower primary key.
  *
  * A probe start is a row of order_by values below which the tenant has no
  * ready row, kept in shared memory for a few tenants per queue: the claim
  * query asks for (order_by) >= start, and the scan begins there.
  *
- * The invariant: every row of the tenant that satisfies the ready filter
- * and that a snapshot taken now would see, sorts at or above the tenant's
- * valid start.  It is kept so:
+ * The invariant: a claim uses a start only if every row of the tenant that
+ * satisfies the ready filter and that its snapshot sees, and that no
+ * transaction has deleted or moved out of the ready state, sorts at or
+ * above it.  It is kept so:
  *
  *   - A start is only ever set to the first such row in a snapshot taken
  *     after the slot's generation was read (the advance below), and only
@@ -28,9 +28,14 @@
  *     visible, so the start never passes it.
  *   - A transaction that put a row of the tenant into the ready state
  *     (INSERT, or an UPDATE into the state, to the tenant, or within it,
- *     which may move it in the order) makes the start invalid when it
- *     commits, after its rows became visible (commit.c), and moves the
- *     generation on: an advance whose snapshot missed the rows fails.
+ *     which may move it in the order) enters the tenant's bucket of
+ *     `committing` at pre-commit, before its rows can be seen; while the
+ *     bucket is not 0, no claim uses a start of its tenants and no advance
+ *     sets one.  After its rows became visible (commit.c) it voids the
+ *     start and moves the generation on, and only then leaves the bucket
+ *     (at abort it just leaves).  So a claim whose snapshot sees the rows
+ *     finds the bucket taken or the start void, and an advance whose
+ *     snapshot missed them finds the bucket taken or the generation moved.
  *   - The advance runs only in a claim whose transaction had changed
  *     nothing before it (no transaction id), so that no row of its own,
  *     deleted but not yet committed, hides below the start; and not under
@@ -41,14 +46,17 @@
  * transaction), no row-level security (what the caller sees is what
  * everyone sees), and an order_by of at most three columns, each NOT NULL,
  * ascending, of a type with a lowest value (smallint, integer, bigint,
- * date, timestamp, timestamptz).  A start older than a second is
- * recomputed from the tenant's first entry, so that rows put in the ready
- * state behind the triggers' back (replication apply, disabled triggers)
- * wait at most that long.
+ * date, timestamp, timestamptz).  Rows that reach the ready state behind
+ * the triggers' back (replication apply, disabled triggers, a partition
+ * attached with rows) wait at most a second: a start is not used once a
+ * second has passed since one was last found from the tenant's first
+ * entry, and the next advance finds it so again.  A recount forgets the
+ * queue's starts.
  *
- * Locking: each queue's starts are under its FsProbeStarts.mutex, held for
- * a few comparisons; commits read `nused` without it (see
- * fs_probe_start_reset()).
+ * Locking: each queue's slots are under its FsProbeStarts.mutex, held for
+ * a few comparisons and copies with no other fairshare lock; commits read
+ * `nused` and change `committing` (atomics) without it; see
+ * fs_probe_start_reset() and fs_probe_starts_committing().
  *
  *-------------------------------------------------------------------------
  */
@@ -75,23 +83,70 @@
 #define FS_PROBE_START_TTL_USECS	USECS_PER_SEC
 
 /* The lowest value of a start column's type: a start that passes nothing. */
-static Datum
+static int64
 fs_probe_start_lowest(Oid type)
 {
 	switch (type)
 	{
 		case INT2OID:
-			return Int16GetDatum(PG_INT16_MIN);
+			return PG_INT16_MIN;
 		case INT4OID:
-			return Int32GetDatum(PG_INT32_MIN);
+			return PG_INT32_MIN;
 		case INT8OID:
-			return Int64GetDatum(PG_INT64_MIN);
+			return PG_INT64_MIN;
 		case DATEOID:
-			return DateADTGetDatum(DATEVAL_NOBEGIN);
+			return DATEVAL_NOBEGIN;
 		case TIMESTAMPOID:
-			return TimestampGetDatum(DT_NOBEGIN);
 		case TIMESTAMPTZOID:
-			return TimestampTzGetDatum(DT_NOBEGIN);
+			return DT_NOBEGIN;
+		default:
+			elog(ERROR, "probe start column of unexpected type %u", type);
+	}
+	return 0;					/* keep the compiler quiet */
+}
+
+/* A start column's value as kept in shared memory. */
+static int64
+fs_probe_start_int64(Oid type, Datum value)
+{
+	switch (type)
+	{
+		case INT2OID:
+			return DatumGetInt16(value);
+		case INT4OID:
+			return DatumGetInt32(value);
+		case INT8OID:
+			return DatumGetInt64(value);
+		case DATEOID:
+			return DatumGetDateADT(value);
+		case TIMESTAMPOID:
+			return DatumGetTimestamp(value);
+		case TIMESTAMPTZOID:
+			return DatumGetTimestampTz(value);
+		default:
+			elog(ERROR, "probe start column of unexpected type %u", type);
+	}
+	return 0;					/* keep the compiler quiet */
+}
+
+/* A kept value as a Datum of the start column's type. */
+static Datum
+fs_probe_start_datum(Oid type, int64 value)
+{
+	switch (type)
+	{
+		case INT2OID:
+			return Int16GetDatum((int16) value);
+		case INT4OID:
+			return Int32GetDatum((int32) value);
+		case INT8OID:
+			return Int64GetDatum(value);
+		case DATEOID:
+			return DateADTGetDatum((DateADT) value);
+		case TIMESTAMPOID:
+			return TimestampGetDatum(value);
+		case TIMESTAMPTZOID:
+			return TimestampTzGetDatum(value);
 		default:
 			elog(ERROR, "probe start column of unexpected type %u", type);
 	}
@@ -110,6 +165,7 @@ fs_probe_start_columns(FsFairDesc *desc, Relation rel)
 	ListCell   *lc;
 	int			n = 0;
 	uint32		signature;
+	Oid			relfilenode = rel->rd_rel->relfilenode;
 
 	desc->start_ncols = 0;
 	if (desc->subkey != NULL || desc->claim_filter != NULL || rel->rd_rel->relrowsecurity)
@@ -151,11 +207,16 @@ fs_probe_start_columns(FsFairDesc *desc, Relation rel)
 		return;
 
 	/*
-	 * The values are of these columns, this tenant expression and this
-	 * filter: a registration with other ones must not read them.
+	 * The values are of this table (its storage too: a rewrite such as
+	 * ALTER COLUMN ... TYPE ... USING changes values without triggers),
+	 * these columns, this tenant expression and this filter: a
+	 * registration with other ones must not read them.
 	 */
-	signature = hash_bytes((const unsigned char *) desc->start_attnums,
-						   sizeof(AttrNumber) * n);
+	signature = hash_bytes((const unsigned char *) &desc->ready_relid, sizeof(Oid));
+	signature = hash_combine(signature, hash_bytes((const unsigned char *) &relfilenode,
+												   sizeof(Oid)));
+	signature = hash_combine(signature, hash_bytes((const unsigned char *) desc->start_attnums,
+												   sizeof(AttrNumber) * n));
 	signature = hash_combine(signature, hash_bytes((const unsigned char *) desc->start_types,
 												   sizeof(Oid) * n));
 	signature = hash_combine(signature, hash_bytes((const unsigned char *) desc->tenant,
@@ -175,6 +236,8 @@ fs_probe_starts_init(FsProbeStarts *ps)
 	memset(ps, 0, sizeof(FsProbeStarts));
 	SpinLockInit(&ps->mutex);
 	pg_atomic_init_u32(&ps->nused, 0);
+	for (int i = 0; i < FS_PROBE_START_COMMITTING; i++)
+		pg_atomic_init_u32(&ps->committing[i], 0);
 }
 
 /* Empty every slot of `ps`; with its mutex held. */
@@ -193,7 +256,7 @@ fs_probe_starts_empty_locked(FsProbeStarts *ps)
 	pg_atomic_write_u32(&ps->nused, 0);
 }
 
-/* Forget a queue's starts (its registration changed or went). */
+/* Forget a queue's starts (its registration changed or went, a recount). */
 void
 fs_probe_starts_clear(FsProbeStarts *ps)
 {
@@ -208,6 +271,13 @@ fs_probe_start_hash(const char *tenant)
 	return hash_bytes((const unsigned char *) tenant, (int) strlen(tenant)) | 1;
 }
 
+/* The committing bucket of a tenant hash. */
+static pg_atomic_uint32 *
+fs_probe_start_bucket(FsProbeStarts *ps, uint32 hash)
+{
+	return &ps->committing[(hash >> 1) % FS_PROBE_START_COMMITTING];
+}
+
 /* The slot of `tenant` in `ps`, or -1; with its mutex held. */
 static int
 fs_probe_start_find_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
@@ -219,13 +289,14 @@ fs_probe_start_find_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
 }
 
 /*
- * A slot for `tenant`: a free one, else the one planned longest ago.  It
- * starts without a start; with the mutex held.
+ * A slot for `tenant`: a free one, else the one planned longest ago but
+ * not in this planning (-1 if all were).  It starts without a start, with
+ * an advance due; with the mutex held.
  */
 static int
 fs_probe_start_take_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
 {
-	int			victim = 0;
+	int			victim = -1;
 	FsProbeStart *slot;
 
 	for (int i = 0; i < FS_PROBE_START_SLOTS; i++)
@@ -235,9 +306,12 @@ fs_probe_start_take_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
 			victim = i;
 			break;
 		}
-		if (ps->slots[i].used_at < ps->slots[victim].used_at)
+		if (ps->slots[i].used_at != ps->clock &&
+			(victim < 0 || ps->slots[i].used_at < ps->slots[victim].used_at))
 			victim = i;
 	}
+	if (victim < 0)
+		return -1;
 	slot = &ps->slots[victim];
 	if (slot->tenant_hash == 0)
 		pg_atomic_write_u32(&ps->nused, pg_atomic_read_u32(&ps->nused) + 1);
@@ -245,7 +319,8 @@ fs_probe_start_take_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
 	strlcpy(slot->tenant, tenant, FS_NAME_BUFLEN);
 	slot->valid = false;
 	slot->gen++;
-	slot->rows_since = FS_PROBE_START_EVERY;	/* an advance is due at once */
+	slot->rows_since = FS_PROBE_START_EVERY;
+	slot->full_at = 0;
 	return victim;
 }
 
@@ -262,22 +337,27 @@ fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tenants, const 
 					 Datum **starts, FsProbeDue *due, TimestampTz now)
 {
 	FsProbeStarts *ps = &desc->fq->probe_starts;
+	int			ncols = desc->start_ncols;
 	int			look[FS_PROBE_START_LOOKUPS];
 	uint32		hashes[FS_PROBE_START_LOOKUPS];
+	bool		found[FS_PROBE_START_LOOKUPS];
+	int64		values[FS_PROBE_START_LOOKUPS][FS_PROBE_START_MAX_COLS];
+	Datum		lowest[FS_PROBE_START_MAX_COLS];
 	int			nlook = 0;
 	int			ndue = 0;
 
-	for (int c = 0; c < desc->start_ncols; c++)
+	for (int c = 0; c < ncols; c++)
 	{
-		Datum		lowest = fs_probe_start_lowest(desc->start_types[c]);
-
+		lowest[c] = fs_probe_start_datum(desc->start_types[c],
+										 fs_probe_start_lowest(desc->start_types[c]));
 		for (int i = 0; i < n; i++)
-			starts[c][i] = lowest;
+			starts[c][i] = lowest[c];
 	}
 	for (int i = 0; i < n && nlook < FS_PROBE_START_LOOKUPS; i++)
 		if (rows[i] >= FS_PROBE_START_MIN_ROWS)
 		{
 			look[nlook] = i;
+			found[nlook] = false;
 			hashes[nlook++] = fs_probe_start_hash(tenants[i]);
 		}
 	if (nlook == 0)
@@ -292,41 +372,60 @@ fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tenants, const 
 	ps->clock++;
 	for (int k = 0; k < nlook; k++)
 	{
-		int			i = look[k];
-		int			s = fs_probe_start_find_locked(ps, hashes[k], tenants[i]);
+		int			s;
 		FsProbeStart *slot;
-		bool		stale;
+		bool		usable;
 
+		if (pg_atomic_read_u32(fs_probe_start_bucket(ps, hashes[k])) != 0)
+			continue;			/* rows of it may be coming into sight */
+		s = fs_probe_start_find_locked(ps, hashes[k], tenants[look[k]]);
 		if (s < 0)
-			s = fs_probe_start_take_locked(ps, hashes[k], tenants[i]);
+			s = fs_probe_start_take_locked(ps, hashes[k], tenants[look[k]]);
+		if (s < 0)
+			continue;
 		slot = &ps->slots[s];
 		slot->used_at = ps->clock;
-		stale = slot->valid && now - slot->set_at >= FS_PROBE_START_TTL_USECS;
-		if (slot->valid && !stale)
-			for (int c = 0; c < desc->start_ncols; c++)
-				starts[c][i] = slot->values[c];
-		slot->rows_since = Min(slot->rows_since + rows[i], FS_PROBE_START_EVERY);
-		if (slot->rows_since >= FS_PROBE_START_EVERY || stale)
+		usable = slot->valid && now >= slot->full_at &&
+			now - slot->full_at < FS_PROBE_START_TTL_USECS;
+		if (usable)
+		{
+			found[k] = true;
+			memcpy(values[k], slot->values, sizeof(int64) * ncols);
+		}
+		slot->rows_since = Min(slot->rows_since + rows[look[k]], FS_PROBE_START_EVERY);
+		if (slot->rows_since >= FS_PROBE_START_EVERY || (slot->valid && !usable))
 		{
 			FsProbeDue *d = &due[ndue++];
 
-			d->element = i;
+			d->element = k;		/* made the element's index below */
 			d->slot = s;
 			d->gen = slot->gen;
-			for (int c = 0; c < desc->start_ncols; c++)
-				d->from[c] = starts[c][i];
+			d->full = !usable;
 			slot->rows_since = 0;
 		}
 	}
 	SpinLockRelease(&ps->mutex);
+
+	for (int k = 0; k < nlook; k++)
+		for (int c = 0; found[k] && c < ncols; c++)
+			starts[c][look[k]] = fs_probe_start_datum(desc->start_types[c], values[k][c]);
+	for (int j = 0; j < ndue; j++)
+	{
+		FsProbeDue *d = &due[j];
+
+		d->element = look[d->element];
+		for (int c = 0; c < ncols; c++)
+			d->from[c] = d->full ? lowest[c] : starts[c][d->element];
+	}
 	return ndue;
 }
 
 /*
  * Advance the starts of due[] (from fs_probe_starts_read(), before the
  * claim query): each to the tenant's first row in the ready state in a
- * snapshot taken now, if its slot did not change since.  The caller has
- * checked that the transaction changed nothing before its claim.
+ * snapshot taken now, if its slot did not change since and no commit of
+ * its rows is under way.  The caller has checked that the transaction
+ * changed nothing before its claim.
  */
 void
 fs_probe_starts_advance(FsFairDesc *desc, const char *const *tenants, const FsProbeDue *due,
@@ -337,36 +436,38 @@ fs_probe_starts_advance(FsFairDesc *desc, const char *const *tenants, const FsPr
 	for (int k = 0; k < ndue; k++)
 	{
 		const FsProbeDue *d = &due[k];
-		Datum		values[1 + FS_PROBE_START_MAX_COLS];
-		Datum		found[FS_PROBE_START_MAX_COLS];
+		const char *tenant = tenants[d->element];
+		Datum		args[1 + FS_PROBE_START_MAX_COLS];
+		int64		first[FS_PROBE_START_MAX_COLS];
 		bool		isnull = false;
 		FsProbeStart *slot;
-		uint32		hash;
+		uint32		hash = fs_probe_start_hash(tenant);
 
-		values[0] = CStringGetTextDatum(tenants[d->element]);
+		args[0] = CStringGetTextDatum(tenant);
 		for (int c = 0; c < desc->start_ncols; c++)
-			values[1 + c] = d->from[c];
-		fs_fair_execute(desc, &desc->start_q, desc->start_plan, values, NULL,
+			args[1 + c] = d->from[c];
+		fs_fair_execute(desc, &desc->start_q, desc->start_plan, args, NULL,
 						GetLatestSnapshot(), true, 1, "probe start query");
 		if (SPI_processed != 1)
 			continue;			/* no row at or above the start: it stays */
 		for (int c = 0; c < desc->start_ncols && !isnull; c++)
-			found[c] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c + 1,
-									 &isnull);
+			first[c] = fs_probe_start_int64(desc->start_types[c],
+											SPI_getbinval(SPI_tuptable->vals[0],
+														  SPI_tuptable->tupdesc, c + 1,
+														  &isnull));
 		if (isnull)
 			continue;			/* NOT NULL dropped since the registration was read */
 
-		hash = fs_probe_start_hash(tenants[d->element]);
 		SpinLockAcquire(&ps->mutex);
 		slot = &ps->slots[d->slot];
 		if (slot->gen == d->gen && slot->tenant_hash == hash &&
-			strcmp(slot->tenant, tenants[d->element]) == 0 &&
-			ps->signature == desc->start_signature)
+			strcmp(slot->tenant, tenant) == 0 && ps->signature == desc->start_signature &&
+			pg_atomic_read_u32(fs_probe_start_bucket(ps, hash)) == 0)
 		{
-			for (int c = 0; c < desc->start_ncols; c++)
-				slot->values[c] = found[c];
+			memcpy(slot->values, first, sizeof(int64) * desc->start_ncols);
 			slot->valid = true;
-			slot->set_at = now;
+			if (d->full)
+				slot->full_at = now;
 			slot->gen++;
 		}
 		SpinLockRelease(&ps->mutex);
@@ -374,8 +475,49 @@ fs_probe_starts_advance(FsFairDesc *desc, const char *const *tenants, const FsPr
 }
 
 /*
- * A committed transaction put rows of `tenant` in `queue` into the ready
- * state (commit.c, after they became visible): its start no longer holds.
+ * The committing buckets this backend's transaction entered (backend-local;
+ * left at its end).
+ */
+static pg_atomic_uint32 **fs_committing;
+static int	fs_ncommitting;
+static int	fs_committing_capacity;
+
+/*
+ * At pre-commit, before its rows can be seen: this transaction put rows of
+ * `tenant` in `queue` into the ready state.  Enters the tenant's bucket,
+ * once per transaction; recorded before it is entered, so that the
+ * transaction's end always leaves what it entered.
+ *
+ * A claim whose snapshot sees the rows took it after they became visible,
+ * which is after this entry: ProcArrayLock orders the commit's leaving the
+ * process array after this atomic (a full barrier), and the snapshot after
+ * it, so the claim reads the bucket taken (or, later, the start void).
+ */
+void
+fs_probe_starts_committing(FsQueue *queue, const char *tenant)
+{
+	FsProbeStarts *ps = &fs_fair_queue(queue)->probe_starts;
+	pg_atomic_uint32 *bucket = fs_probe_start_bucket(ps, fs_probe_start_hash(tenant));
+
+	for (int i = 0; i < fs_ncommitting; i++)
+		if (fs_committing[i] == bucket)
+			return;
+	if (fs_ncommitting == fs_committing_capacity)
+	{
+		int			capacity = Max(16, 2 * fs_committing_capacity);
+
+		fs_committing = fs_committing == NULL ?
+			MemoryContextAlloc(TopMemoryContext, sizeof(pg_atomic_uint32 *) * capacity) :
+			repalloc(fs_committing, sizeof(pg_atomic_uint32 *) * capacity);
+		fs_committing_capacity = capacity;
+	}
+	fs_committing[fs_ncommitting++] = bucket;
+	pg_atomic_fetch_add_u32(bucket, 1);
+}
+
+/*
+ * After commit, its rows visible (commit.c): `tenant`'s start in `queue` no
+ * longer holds.  Before the transaction leaves its buckets.
  *
  * `nused` is read without the mutex.  A claim that could advance past such
  * a row read the slot's generation, with the slot in use, before taking
@@ -401,4 +543,13 @@ fs_probe_start_reset(FsQueue *queue, const char *tenant)
 		ps->slots[s].gen++;
 	}
 	SpinLockRelease(&ps->mutex);
+}
+
+/* The transaction ended (after its resets at commit): leave its buckets. */
+void
+fs_probe_starts_committed(void)
+{
+	for (int i = 0; i < fs_ncommitting; i++)
+		pg_atomic_fetch_sub_u32(fs_committing[i], 1);
+	fs_ncommitting = 0;
 }

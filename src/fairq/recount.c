@@ -256,6 +256,8 @@ fs_fair_resync_count(FsFairDesc *desc, FsFairQueue *fq, FsCountAt **at_p, int32 
 		fq->resync_gen++;
 		LWLockRelease(fq->lock);
 		fs_commit_barrier_open(fq);
+		/* Rows no trigger saw may be below a start (probe_start.c). */
+		fs_probe_starts_clear(&fq->probe_starts);
 
 		/*
 		 * The count evaluates the registrant's expressions and the table's

@@ -316,7 +316,8 @@ fs_q_start_bound(FsFairDesc *desc, FsQueryText *q, StringInfo buf, const char *p
 		fs_q_sql(buf, FS_ROW_ALIAS ".");
 		fs_q_piece(q, buf, "order_by", desc->start_columns[c]);
 	}
-	fs_q_sql(buf, desc->start_ncols > 1 ? ") OPERATOR(pg_catalog.>=) ROW(" : ") OPERATOR(pg_catalog.>=) (");
+	fs_q_sql(buf, ") OPERATOR(pg_catalog.>=) ");
+	fs_q_sql(buf, desc->start_ncols > 1 ? "ROW(" : "(");
 	for (int c = 0; c < desc->start_ncols; c++)
 	{
 		if (c > 0)
@@ -384,7 +385,7 @@ fs_desc_prepare_fair(FsFairDesc *desc, FsQueryText *q, FsClaimShape shape, Oid k
 		fs_q_sql(&buf, ") WITH ORDINALITY AS p(fs_tenant, fs_n");
 		for (int c = 0; starts && c < desc->start_ncols; c++)
 			appendStringInfo(&buf, ", fs_start%d", c + 1);
-		fs_q_sql(&buf, ", fs_ord) CROSS JOIN LATERAL (   SELECT ");
+		fs_q_sql(&buf, ", fs_ord) CROSS JOIN LATERAL (SELECT ");
 	}
 	fs_q_paren(q, &buf, "key", desc->key);
 	fs_q_sql(&buf, " AS fs_key, ");
