@@ -121,10 +121,10 @@ typedef struct FsFairCounters
  * Values are kept as int64 (every start column's type fits), never as a
  * Datum, which may be a pointer.
  */
-#define FS_PROBE_START_SLOTS	8
+#define FS_PROBE_START_SLOTS	2
 #define FS_PROBE_START_MAX_COLS	3
 #define FS_PROBE_START_LOOKUPS	(2 * FS_PROBE_START_SLOTS)	/* per claim query */
-#define FS_PROBE_START_COMMITTING	64	/* buckets of committing tenants */
+#define FS_PROBE_START_COMMITTING	32	/* buckets of committing tenants */
 
 typedef struct FsProbeStart
 {

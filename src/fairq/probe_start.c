@@ -79,6 +79,9 @@
 /* An advance is due after this many rows planned from a start. */
 #define FS_PROBE_START_EVERY	64
 
+/* A slot goes to another tenant once unused for this many plannings. */
+#define FS_PROBE_START_IDLE		64
+
 /* A start older than this is recomputed from the tenant's first entry. */
 #define FS_PROBE_START_TTL_USECS	USECS_PER_SEC
 
@@ -289,9 +292,11 @@ fs_probe_start_find_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
 }
 
 /*
- * A slot for `tenant`: a free one, else the one planned longest ago but
- * not in this planning (-1 if all were).  It starts without a start, with
- * an advance due; with the mutex held.
+ * A slot for `tenant`: a free one, else the one planned longest ago if that
+ * was at least FS_PROBE_START_IDLE plannings ago (-1 if none was: busy
+ * tenants do not take slots from each other at every claim, each time
+ * paying an advance from the first entry).  It starts without a start,
+ * with an advance due; with the mutex held.
  */
 static int
 fs_probe_start_take_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
@@ -306,7 +311,7 @@ fs_probe_start_take_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
 			victim = i;
 			break;
 		}
-		if (ps->slots[i].used_at != ps->clock &&
+		if (ps->slots[i].used_at + FS_PROBE_START_IDLE <= ps->clock &&
 			(victim < 0 || ps->slots[i].used_at < ps->slots[victim].used_at))
 			victim = i;
 	}
