@@ -95,8 +95,8 @@
  *	  its snapshot.  Nobody waits at a barrier holding a fairshare lock.
  *	  A queue's probe starts (fairq/probe_start.c) are under a spinlock of
  *	  their own, taken with no other fairshare lock held and for a few
- *	  comparisons and copies only; commits read how many are in use without
- *	  it (the file says why that is safe).
+ *	  comparisons and copies only; its committing buckets are atomics (the
+ *	  file says why that is safe).
  *
  * 9. Where shared state changes.  Each kind of entry changes through a small
  *	  set of functions in one place, under the locks above, and each set

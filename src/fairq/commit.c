@@ -430,9 +430,6 @@ fs_commit(void)
 									  fs_delta_adder(delta));
 			if (leaf && delta->rows <= 0)
 				fs_commit_leaf_delta(delta);
-			/* Rows now visible may sort below the tenant's probe start. */
-			if ((delta->added || delta->reordered) && delta->key.tenant[0] != '\0')
-				fs_probe_start_reset(delta->queue, delta->key.tenant);
 		}
 		fs_apply_own_claims(fs_commit_now(&now));
 	}
@@ -545,13 +542,14 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			break;
 		case XACT_EVENT_COMMIT:
 			fs_commit();
+			/* Its rows are visible: void the starts they may be below. */
 			fs_probe_starts_committed();
 			fs_barriers_leave_all();
 			fs_xact_reset();
 			break;
 		case XACT_EVENT_ABORT:
-			fs_undo_claims(InvalidSubTransactionId);
 			fs_probe_starts_committed();
+			fs_undo_claims(InvalidSubTransactionId);
 			fs_barriers_leave_all();
 			if (fs_xact.events != NIL)
 				fs_fair_invalidate_all();

@@ -143,7 +143,6 @@ typedef struct FsProbeStart
 typedef struct FsProbeStarts
 {
 	slock_t		mutex;			/* the slots and the fields below */
-	pg_atomic_uint32 nused;		/* slots in use; commits read it unlocked */
 	uint32		signature;		/* the registration the values are of */
 	uint64		clock;			/* moves on at every planning */
 	FsProbeStart slots[FS_PROBE_START_SLOTS];
@@ -528,6 +527,7 @@ extern void fs_track_release(FsRelRole *role, const FsClaimEntry *entry, bool re
 extern void fs_delta_add(FsQueue *queue, const char *tenant, const char *subkey, int64 rows,
 						 int32 leaves, float8 charge);
 extern void fs_delta_reordered(FsQueue *queue, const char *tenant, const char *subkey);
+extern bool fs_track_made_ready(FsQueue *queue);
 extern void fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value,
 							  Oid type, int16 typlen, bool typbyval);
 extern Size fs_claim_map_shmem_size(void);
@@ -763,7 +763,6 @@ extern int	fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tena
 extern void fs_probe_starts_advance(FsFairDesc *desc, const char *const *tenants,
 									const FsProbeDue *due, int ndue, TimestampTz now);
 extern void fs_probe_starts_committing(FsQueue *queue, const char *tenant);
-extern void fs_probe_start_reset(FsQueue *queue, const char *tenant);
 extern void fs_probe_starts_committed(void);
 extern void fs_fair_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan,
 							Datum *values, const char *nulls, Snapshot snapshot,

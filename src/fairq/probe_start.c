@@ -32,8 +32,9 @@
  *     `committing` at pre-commit, before its rows can be seen; while the
  *     bucket is not 0, no claim uses a start of its tenants and no advance
  *     sets one.  After its rows became visible (commit.c) it voids the
- *     start and moves the generation on, and only then leaves the bucket
- *     (at abort it just leaves).  So a claim whose snapshot sees the rows
+ *     starts of the bucket's tenants and moves their generations on, and
+ *     only then leaves the bucket (at abort too).  Its own claims, before
+ *     it commits, use no start of the queue.  So a claim whose snapshot sees the rows
  *     finds the bucket taken or the start void, and an advance whose
  *     snapshot missed them finds the bucket taken or the generation moved.
  *   - The advance runs only in a claim whose transaction had changed
@@ -54,9 +55,8 @@
  * queue's starts.
  *
  * Locking: each queue's slots are under its FsProbeStarts.mutex, held for
- * a few comparisons and copies with no other fairshare lock; commits read
- * `nused` and change `committing` (atomics) without it; see
- * fs_probe_start_reset() and fs_probe_starts_committing().
+ * a few comparisons and copies with no other fairshare lock; commits change
+ * `committing` (atomics) without it: see fs_probe_starts_committing().
  *
  *-------------------------------------------------------------------------
  */
@@ -238,7 +238,6 @@ fs_probe_starts_init(FsProbeStarts *ps)
 {
 	memset(ps, 0, sizeof(FsProbeStarts));
 	SpinLockInit(&ps->mutex);
-	pg_atomic_init_u32(&ps->nused, 0);
 	for (int i = 0; i < FS_PROBE_START_COMMITTING; i++)
 		pg_atomic_init_u32(&ps->committing[i], 0);
 }
@@ -256,7 +255,6 @@ fs_probe_starts_empty_locked(FsProbeStarts *ps)
 		slot->valid = false;
 		slot->gen++;
 	}
-	pg_atomic_write_u32(&ps->nused, 0);
 }
 
 /* Forget a queue's starts (its registration changed or went, a recount). */
@@ -275,10 +273,16 @@ fs_probe_start_hash(const char *tenant)
 }
 
 /* The committing bucket of a tenant hash. */
+static int
+fs_probe_start_bucket_of(uint32 hash)
+{
+	return (int) ((hash >> 1) % FS_PROBE_START_COMMITTING);
+}
+
 static pg_atomic_uint32 *
 fs_probe_start_bucket(FsProbeStarts *ps, uint32 hash)
 {
-	return &ps->committing[(hash >> 1) % FS_PROBE_START_COMMITTING];
+	return &ps->committing[fs_probe_start_bucket_of(hash)];
 }
 
 /* The slot of `tenant` in `ps`, or -1; with its mutex held. */
@@ -318,8 +322,6 @@ fs_probe_start_take_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
 	if (victim < 0)
 		return -1;
 	slot = &ps->slots[victim];
-	if (slot->tenant_hash == 0)
-		pg_atomic_write_u32(&ps->nused, pg_atomic_read_u32(&ps->nused) + 1);
 	slot->tenant_hash = hash;
 	strlcpy(slot->tenant, tenant, FS_NAME_BUFLEN);
 	slot->valid = false;
@@ -332,7 +334,8 @@ fs_probe_start_take_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
 /*
  * The starts of a claim query's `n` elements (tenants[i] asked for
  * rows[i] rows), into starts[c][i] for each start column c: a tenant's
- * start, or the columns' lowest values.  Each advance that falls due is
+ * start, or the columns' lowest values (all of them in a transaction that
+ * put rows of the queue into the ready state).  Each advance that falls due is
  * added to due[] (room for FS_PROBE_START_LOOKUPS); returns how many.
  * Only tenants asked for several rows are looked up, the first
  * FS_PROBE_START_LOOKUPS of them.
@@ -358,6 +361,9 @@ fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tenants, const 
 		for (int i = 0; i < n; i++)
 			starts[c][i] = lowest[c];
 	}
+	/* This transaction's own rows, not committed, may be below any start. */
+	if (fs_track_made_ready(desc->queue))
+		return 0;
 	for (int i = 0; i < n && nlook < FS_PROBE_START_LOOKUPS; i++)
 		if (rows[i] >= FS_PROBE_START_MIN_ROWS)
 		{
@@ -456,10 +462,13 @@ fs_probe_starts_advance(FsFairDesc *desc, const char *const *tenants, const FsPr
 		if (SPI_processed != 1)
 			continue;			/* no row at or above the start: it stays */
 		for (int c = 0; c < desc->start_ncols && !isnull; c++)
-			first[c] = fs_probe_start_int64(desc->start_types[c],
-											SPI_getbinval(SPI_tuptable->vals[0],
-														  SPI_tuptable->tupdesc, c + 1,
-														  &isnull));
+		{
+			Datum		value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+											  c + 1, &isnull);
+
+			if (!isnull)
+				first[c] = fs_probe_start_int64(desc->start_types[c], value);
+		}
 		if (isnull)
 			continue;			/* NOT NULL dropped since the registration was read */
 
@@ -481,9 +490,15 @@ fs_probe_starts_advance(FsFairDesc *desc, const char *const *tenants, const FsPr
 
 /*
  * The committing buckets this backend's transaction entered (backend-local;
- * left at its end).
+ * left at its end): each queue's starts and the bucket's index.
  */
-static pg_atomic_uint32 **fs_committing;
+typedef struct FsCommittingBucket
+{
+	FsProbeStarts *ps;
+	int			bucket;
+} FsCommittingBucket;
+
+static FsCommittingBucket *fs_committing;
 static int	fs_ncommitting;
 static int	fs_committing_capacity;
 
@@ -502,59 +517,50 @@ void
 fs_probe_starts_committing(FsQueue *queue, const char *tenant)
 {
 	FsProbeStarts *ps = &fs_fair_queue(queue)->probe_starts;
-	pg_atomic_uint32 *bucket = fs_probe_start_bucket(ps, fs_probe_start_hash(tenant));
+	int			bucket = fs_probe_start_bucket_of(fs_probe_start_hash(tenant));
 
 	for (int i = 0; i < fs_ncommitting; i++)
-		if (fs_committing[i] == bucket)
+		if (fs_committing[i].ps == ps && fs_committing[i].bucket == bucket)
 			return;
 	if (fs_ncommitting == fs_committing_capacity)
 	{
 		int			capacity = Max(16, 2 * fs_committing_capacity);
 
 		fs_committing = fs_committing == NULL ?
-			MemoryContextAlloc(TopMemoryContext, sizeof(pg_atomic_uint32 *) * capacity) :
-			repalloc(fs_committing, sizeof(pg_atomic_uint32 *) * capacity);
+			MemoryContextAlloc(TopMemoryContext, sizeof(FsCommittingBucket) * capacity) :
+			repalloc(fs_committing, sizeof(FsCommittingBucket) * capacity);
 		fs_committing_capacity = capacity;
 	}
-	fs_committing[fs_ncommitting++] = bucket;
-	pg_atomic_fetch_add_u32(bucket, 1);
+	fs_committing[fs_ncommitting].ps = ps;
+	fs_committing[fs_ncommitting].bucket = bucket;
+	fs_ncommitting++;
+	pg_atomic_fetch_add_u32(&ps->committing[bucket], 1);
 }
 
 /*
- * After commit, its rows visible (commit.c): `tenant`'s start in `queue` no
- * longer holds.  Before the transaction leaves its buckets.
- *
- * `nused` is read without the mutex.  A claim that could advance past such
- * a row read the slot's generation, with the slot in use, before taking
- * the snapshot that missed the row; that snapshot was taken before this
- * transaction left the process array, which happened before this read, and
- * ProcArrayLock orders the two: this read sees the slot in use.
+ * The transaction ended (at commit, after its rows became visible): void
+ * the starts of every tenant of each bucket it entered (they may be above
+ * its rows), then leave the bucket.  Runs at abort too, where voiding only
+ * costs the next claims their start.  Nothing here can fail.
  */
-void
-fs_probe_start_reset(FsQueue *queue, const char *tenant)
-{
-	FsProbeStarts *ps = &fs_fair_queue(queue)->probe_starts;
-	uint32		hash;
-	int			s;
-
-	if (pg_atomic_read_u32(&ps->nused) == 0)
-		return;
-	hash = fs_probe_start_hash(tenant);
-	SpinLockAcquire(&ps->mutex);
-	s = fs_probe_start_find_locked(ps, hash, tenant);
-	if (s >= 0)
-	{
-		ps->slots[s].valid = false;
-		ps->slots[s].gen++;
-	}
-	SpinLockRelease(&ps->mutex);
-}
-
-/* The transaction ended (after its resets at commit): leave its buckets. */
 void
 fs_probe_starts_committed(void)
 {
 	for (int i = 0; i < fs_ncommitting; i++)
-		pg_atomic_fetch_sub_u32(fs_committing[i], 1);
+	{
+		FsProbeStarts *ps = fs_committing[i].ps;
+		int			bucket = fs_committing[i].bucket;
+
+		SpinLockAcquire(&ps->mutex);
+		for (int s = 0; s < FS_PROBE_START_SLOTS; s++)
+			if (ps->slots[s].tenant_hash != 0 &&
+				fs_probe_start_bucket_of(ps->slots[s].tenant_hash) == bucket)
+			{
+				ps->slots[s].valid = false;
+				ps->slots[s].gen++;
+			}
+		SpinLockRelease(&ps->mutex);
+		pg_atomic_fetch_sub_u32(&ps->committing[bucket], 1);
+	}
 	fs_ncommitting = 0;
 }

@@ -226,6 +226,31 @@ fs_delta_reordered(FsQueue *queue, const char *tenant, const char *subkey)
 }
 
 /*
+ * Did this transaction put rows of `queue` into the ready state (or move
+ * ready rows in their order)?  Its own rows, not committed, may sort below
+ * any probe start (probe_start.c).
+ */
+bool
+fs_track_made_ready(FsQueue *queue)
+{
+	HASH_SEQ_STATUS seq;
+	FsDelta    *delta;
+	bool		made = false;
+
+	if (!fs_xact.active || hash_get_num_entries(fs_xact.deltas) == 0)
+		return false;
+	hash_seq_init(&seq, fs_xact.deltas);
+	while ((delta = hash_seq_search(&seq)) != NULL)
+		if (delta->queue == queue && (delta->added || delta->reordered))
+		{
+			made = true;
+			hash_seq_term(&seq);
+			break;
+		}
+	return made;
+}
+
+/*
  * Make room for `n` more claim records, before a claim changes shared state
  * (the room lasts until the transaction ends).
  */
