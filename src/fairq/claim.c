@@ -351,7 +351,8 @@ fs_claim_run(FsFairDesc *desc, FsPlan *plan, const FsQueryText *q, SPIPlanPtr sp
 		}
 		for (int c = 0; c < desc->start_ncols; c++)
 			starts[c] = palloc(sizeof(Datum) * e->n);
-		ndue = fs_probe_starts_read(desc, e->n, names, rows, starts, due, now);
+		ndue = fs_probe_starts_read(desc, e->n, names, rows, starts, due,
+									plan->may_advance_starts);
 		for (int c = 0; c < desc->start_ncols; c++)
 		{
 			int16		typlen;
@@ -414,7 +415,11 @@ fs_claim_run(FsFairDesc *desc, FsPlan *plan, const FsQueryText *q, SPIPlanPtr sp
 		}
 		costs[(*claimed)++] = cost;
 	}
-	if (ndue > 0 && plan->may_advance_starts)
+	/*
+	 * An error here (a cancel too) fails the claim, as one in its query
+	 * would: the transaction's abort undoes what the claim did.
+	 */
+	if (ndue > 0)
 		fs_probe_starts_advance(desc, names, due, ndue, now);
 }
 

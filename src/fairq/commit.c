@@ -212,7 +212,12 @@ fs_barriers_enter_changed(void)
 	queues = palloc_extended(sizeof(FsQueue *) * capacity, MCXT_ALLOC_HUGE);
 	hash_seq_init(&seq, fs_xact.deltas);
 	while ((delta = hash_seq_search(&seq)) != NULL)
+	{
+		/* A ready row updated in place changes no count (probe starts only). */
+		if (delta->rows == 0 && delta->leaves == 0 && delta->charge == 0 && !delta->added)
+			continue;
 		nqueues = fs_queue_set_add(queues, nqueues, delta->queue);
+	}
 	hash_seq_init(&seq, fs_xact.claimed);
 	while ((row = hash_seq_search(&seq)) != NULL)
 		if (row->reserved)
@@ -543,12 +548,12 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 		case XACT_EVENT_COMMIT:
 			fs_commit();
 			/* Its rows are visible: void the starts they may be below. */
-			fs_probe_starts_committed();
+			fs_probe_starts_xact_end();
 			fs_barriers_leave_all();
 			fs_xact_reset();
 			break;
 		case XACT_EVENT_ABORT:
-			fs_probe_starts_committed();
+			fs_probe_starts_xact_end();
 			fs_undo_claims(InvalidSubTransactionId);
 			fs_barriers_leave_all();
 			if (fs_xact.events != NIL)

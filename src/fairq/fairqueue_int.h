@@ -759,11 +759,11 @@ extern void fs_probe_starts_init(FsProbeStarts *ps);
 extern void fs_probe_starts_clear(FsProbeStarts *ps);
 extern int	fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tenants,
 								 const int32 *rows, Datum **starts, FsProbeDue *due,
-								 TimestampTz now);
+								 bool may_advance);
 extern void fs_probe_starts_advance(FsFairDesc *desc, const char *const *tenants,
 									const FsProbeDue *due, int ndue, TimestampTz now);
 extern void fs_probe_starts_committing(FsQueue *queue, const char *tenant);
-extern void fs_probe_starts_committed(void);
+extern void fs_probe_starts_xact_end(void);
 extern void fs_fair_execute(FsFairDesc *desc, const FsQueryText *q, SPIPlanPtr plan,
 							Datum *values, const char *nulls, Snapshot snapshot,
 							bool read_only, long count, const char *what);

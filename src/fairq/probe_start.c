@@ -33,14 +33,19 @@
  *     bucket is not 0, no claim uses a start of its tenants and no advance
  *     sets one.  After its rows became visible (commit.c) it voids the
  *     starts of the bucket's tenants and moves their generations on, and
- *     only then leaves the bucket (at abort too).  Its own claims, before
- *     it commits, use no start of the queue.  So a claim whose snapshot sees the rows
- *     finds the bucket taken or the start void, and an advance whose
- *     snapshot missed them finds the bucket taken or the generation moved.
+ *     only then leaves the bucket (at abort too).  So a claim whose
+ *     snapshot sees the rows finds the bucket taken or the start void, and
+ *     an advance whose snapshot missed them finds the bucket taken or the
+ *     generation moved.  Its own claims, before it commits, use no start
+ *     of the queue (nor do claims of a statement whose own inserts' row
+ *     triggers are still pending).
  *   - The advance runs only in a claim whose transaction had changed
  *     nothing before it (no transaction id), so that no row of its own,
  *     deleted but not yet committed, hides below the start; and not under
  *     SERIALIZABLE, whose snapshot rules a second snapshot would bypass.
+ *     A claim under SERIALIZABLE still uses starts: it takes no predicate
+ *     lock on the range below the start, which a SKIP LOCKED claim gives
+ *     up being serializable for anyway.
  *
  * Which queues: no sub-key, no claim filter (one that changes with time,
  * such as run_at <= now(), would let rows become ready with no
@@ -63,11 +68,14 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "datatype/timestamp.h"
 #include "utils/builtins.h"
 #include "utils/date.h"
+#include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 
 #include "fairq/fairqueue_int.h"
@@ -338,11 +346,12 @@ fs_probe_start_take_locked(FsProbeStarts *ps, uint32 hash, const char *tenant)
  * put rows of the queue into the ready state).  Each advance that falls due is
  * added to due[] (room for FS_PROBE_START_LOOKUPS); returns how many.
  * Only tenants asked for several rows are looked up, the first
- * FS_PROBE_START_LOOKUPS of them.
+ * FS_PROBE_START_LOOKUPS of them.  A claim that may not advance starts
+ * (see fs_claim()) only reads them: it takes no slot and no advance.
  */
 int
 fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tenants, const int32 *rows,
-					 Datum **starts, FsProbeDue *due, TimestampTz now)
+					 Datum **starts, FsProbeDue *due, bool may_advance)
 {
 	FsProbeStarts *ps = &desc->fq->probe_starts;
 	int			ncols = desc->start_ncols;
@@ -353,6 +362,7 @@ fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tenants, const 
 	Datum		lowest[FS_PROBE_START_MAX_COLS];
 	int			nlook = 0;
 	int			ndue = 0;
+	TimestampTz now;
 
 	for (int c = 0; c < ncols; c++)
 	{
@@ -361,8 +371,16 @@ fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tenants, const 
 		for (int i = 0; i < n; i++)
 			starts[c][i] = lowest[c];
 	}
-	/* This transaction's own rows, not committed, may be below any start. */
-	if (fs_track_made_ready(desc->queue))
+	/*
+	 * This transaction's own rows, not committed, may be below any start:
+	 * those its triggers counted, and those of this very statement whose
+	 * row triggers have not fired yet (in a partition, where that cannot be
+	 * looked up cheaply, any of a transaction that has written).
+	 */
+	if (fs_track_made_ready(desc->queue) ||
+		(FullTransactionIdIsValid(GetTopFullTransactionIdIfAny()) &&
+		 (get_rel_relkind(desc->ready_relid) == RELKIND_PARTITIONED_TABLE ||
+		  AfterTriggerPendingOnRel(desc->ready_relid))))
 		return 0;
 	for (int i = 0; i < n && nlook < FS_PROBE_START_LOOKUPS; i++)
 		if (rows[i] >= FS_PROBE_START_MIN_ROWS)
@@ -374,6 +392,8 @@ fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tenants, const 
 	if (nlook == 0)
 		return 0;
 
+	/* Now, not the claim's start: a start a second old is not used. */
+	now = fs_now();
 	SpinLockAcquire(&ps->mutex);
 	if (ps->signature != desc->start_signature)
 	{
@@ -390,11 +410,22 @@ fs_probe_starts_read(FsFairDesc *desc, int n, const char *const *tenants, const 
 		if (pg_atomic_read_u32(fs_probe_start_bucket(ps, hashes[k])) != 0)
 			continue;			/* rows of it may be coming into sight */
 		s = fs_probe_start_find_locked(ps, hashes[k], tenants[look[k]]);
-		if (s < 0)
+		if (s < 0 && may_advance)
 			s = fs_probe_start_take_locked(ps, hashes[k], tenants[look[k]]);
 		if (s < 0)
 			continue;
 		slot = &ps->slots[s];
+		if (!may_advance)
+		{
+			/* A claim that cannot advance uses a start, nothing more. */
+			if (slot->valid && now >= slot->full_at &&
+				now - slot->full_at < FS_PROBE_START_TTL_USECS)
+			{
+				found[k] = true;
+				memcpy(values[k], slot->values, sizeof(int64) * ncols);
+			}
+			continue;
+		}
 		slot->used_at = ps->clock;
 		usable = slot->valid && now >= slot->full_at &&
 			now - slot->full_at < FS_PROBE_START_TTL_USECS;
@@ -544,7 +575,7 @@ fs_probe_starts_committing(FsQueue *queue, const char *tenant)
  * costs the next claims their start.  Nothing here can fail.
  */
 void
-fs_probe_starts_committed(void)
+fs_probe_starts_xact_end(void)
 {
 	for (int i = 0; i < fs_ncommitting; i++)
 	{
