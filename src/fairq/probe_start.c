@@ -93,75 +93,61 @@
 /* A start older than this is recomputed from the tenant's first entry. */
 #define FS_PROBE_START_TTL_USECS	USECS_PER_SEC
 
-/* The lowest value of a start column's type: a start that passes nothing. */
-static int64
-fs_probe_start_lowest(Oid type)
+/*
+ * The width in bytes of a start column's type, 0 for a type starts do not
+ * serve.  Each served type is an integer of that width whose order is the
+ * type's (date and timestamps too), and whose lowest value is the type's
+ * lowest (-infinity for date and timestamps): so one int64 keeps any of
+ * them.
+ */
+static int
+fs_probe_start_width(Oid type)
 {
 	switch (type)
 	{
 		case INT2OID:
-			return PG_INT16_MIN;
+			return 2;
 		case INT4OID:
-			return PG_INT32_MIN;
-		case INT8OID:
-			return PG_INT64_MIN;
 		case DATEOID:
-			return DATEVAL_NOBEGIN;
+			StaticAssertStmt(DATEVAL_NOBEGIN == PG_INT32_MIN, "date's -infinity is the lowest int32");
+			return 4;
+		case INT8OID:
 		case TIMESTAMPOID:
 		case TIMESTAMPTZOID:
-			return DT_NOBEGIN;
+			StaticAssertStmt(DT_NOBEGIN == PG_INT64_MIN, "timestamp's -infinity is the lowest int64");
+			return 8;
 		default:
-			elog(ERROR, "probe start column of unexpected type %u", type);
+			return 0;
 	}
-	return 0;					/* keep the compiler quiet */
+}
+
+/* The lowest value of a start column's type: a start that passes nothing. */
+static int64
+fs_probe_start_lowest(Oid type)
+{
+	int			width = fs_probe_start_width(type);
+
+	return width == 2 ? PG_INT16_MIN : width == 4 ? PG_INT32_MIN : PG_INT64_MIN;
 }
 
 /* A start column's value as kept in shared memory. */
 static int64
 fs_probe_start_int64(Oid type, Datum value)
 {
-	switch (type)
-	{
-		case INT2OID:
-			return DatumGetInt16(value);
-		case INT4OID:
-			return DatumGetInt32(value);
-		case INT8OID:
-			return DatumGetInt64(value);
-		case DATEOID:
-			return DatumGetDateADT(value);
-		case TIMESTAMPOID:
-			return DatumGetTimestamp(value);
-		case TIMESTAMPTZOID:
-			return DatumGetTimestampTz(value);
-		default:
-			elog(ERROR, "probe start column of unexpected type %u", type);
-	}
-	return 0;					/* keep the compiler quiet */
+	int			width = fs_probe_start_width(type);
+
+	return width == 2 ? DatumGetInt16(value) : width == 4 ? DatumGetInt32(value) :
+		DatumGetInt64(value);
 }
 
 /* A kept value as a Datum of the start column's type. */
 static Datum
 fs_probe_start_datum(Oid type, int64 value)
 {
-	switch (type)
-	{
-		case INT2OID:
-			return Int16GetDatum((int16) value);
-		case INT4OID:
-			return Int32GetDatum((int32) value);
-		case INT8OID:
-			return Int64GetDatum(value);
-		case DATEOID:
-			return DateADTGetDatum((DateADT) value);
-		case TIMESTAMPOID:
-			return TimestampGetDatum(value);
-		case TIMESTAMPTZOID:
-			return TimestampTzGetDatum(value);
-		default:
-			elog(ERROR, "probe start column of unexpected type %u", type);
-	}
-	return (Datum) 0;			/* keep the compiler quiet */
+	int			width = fs_probe_start_width(type);
+
+	return width == 2 ? Int16GetDatum((int16) value) : width == 4 ? Int32GetDatum((int32) value) :
+		Int64GetDatum(value);
 }
 
 /*
@@ -194,20 +180,8 @@ fs_probe_start_columns(FsFairDesc *desc, Relation rel)
 			var->varattno > RelationGetNumberOfAttributes(rel))
 			return;
 		attr = TupleDescAttr(RelationGetDescr(rel), var->varattno - 1);
-		if (!attr->attnotnull || attr->attisdropped)
+		if (!attr->attnotnull || attr->attisdropped || fs_probe_start_width(attr->atttypid) == 0)
 			return;
-		switch (attr->atttypid)
-		{
-			case INT2OID:
-			case INT4OID:
-			case INT8OID:
-			case DATEOID:
-			case TIMESTAMPOID:
-			case TIMESTAMPTZOID:
-				break;
-			default:
-				return;
-		}
 		desc->start_attnums[n] = var->varattno;
 		desc->start_types[n] = attr->atttypid;
 		desc->start_columns[n] = MemoryContextStrdup(desc->cxt,

@@ -366,27 +366,19 @@ fs_desc_prepare_fair(FsFairDesc *desc, FsQueryText *q, FsClaimShape shape, Oid k
 		types[ntypes++] = get_array_type(desc->start_types[c]);
 
 	fs_q_begin(desc, q, &buf);
+	fs_q_sql(&buf, "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
+			 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), ");
 	fs_q_sql(&buf, leaves ?
-			 "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
-			 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
-			 " pg_catalog.unnest($2::pg_catalog.text[]),"
-			 " pg_catalog.unnest($3::pg_catalog.int4[]))"
-			 "       WITH ORDINALITY AS p(fs_tenant, fs_subkey, fs_n, fs_ord)"
-			 " CROSS JOIN LATERAL ("
-			 "   SELECT " :
-			 "SELECT p.fs_ord, s.fs_key, s.fs_cost, s.fs_row"
-			 "  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
-			 " pg_catalog.unnest($2::pg_catalog.int4[])");
-	if (!leaves)
-	{
-		/* Each tenant's probe start (probe_start.c): $6 on, a column each. */
-		for (int c = 0; starts && c < desc->start_ncols; c++)
-			appendStringInfo(&buf, ", pg_catalog.unnest($%d)", 6 + c);
-		fs_q_sql(&buf, ") WITH ORDINALITY AS p(fs_tenant, fs_n");
-		for (int c = 0; starts && c < desc->start_ncols; c++)
-			appendStringInfo(&buf, ", fs_start%d", c + 1);
-		fs_q_sql(&buf, ", fs_ord) CROSS JOIN LATERAL (SELECT ");
-	}
+			 "pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.int4[])" :
+			 "pg_catalog.unnest($2::pg_catalog.int4[])");
+	/* Each tenant's probe start (probe_start.c): $6 on, a column each. */
+	for (int c = 0; starts && c < desc->start_ncols; c++)
+		appendStringInfo(&buf, ", pg_catalog.unnest($%d)", 6 + c);
+	fs_q_sql(&buf, leaves ? ") WITH ORDINALITY AS p(fs_tenant, fs_subkey, fs_n" :
+			 ") WITH ORDINALITY AS p(fs_tenant, fs_n");
+	for (int c = 0; starts && c < desc->start_ncols; c++)
+		appendStringInfo(&buf, ", fs_start%d", c + 1);
+	fs_q_sql(&buf, ", fs_ord) CROSS JOIN LATERAL (SELECT ");
 	fs_q_paren(q, &buf, "key", desc->key);
 	fs_q_sql(&buf, " AS fs_key, ");
 	fs_q_cost(desc, q, &buf);

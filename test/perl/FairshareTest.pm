@@ -9,7 +9,7 @@ use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(fs_node fs_src fs_crash);
+our @EXPORT = qw(fs_node fs_src fs_crash fs_drain);
 
 # The source tree the tests run from (test/run sets FS_SRC).
 sub fs_src
@@ -37,6 +37,24 @@ sub fs_node
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION fairshare');
 	return $node;
+}
+
+# Drain a fair queue: claim 500 rows at a time, delete them by their `id`
+# and give back their slots, in one transaction, until a claim finds none.
+sub fs_drain
+{
+	my ($node, $queue, $table) = @_;
+	$node->safe_psql('postgres', qq{
+		DO \$\$
+		DECLARE n int;
+		BEGIN
+		    LOOP
+		        WITH c AS (SELECT lease_id, (j.job).id FROM fs_claim('$queue', NULL::$table, 500) j),
+		             d AS (DELETE FROM $table USING c WHERE $table.id = c.id)
+		        SELECT count(fs_release_slot(lease_id)) INTO n FROM c;
+		        EXIT WHEN n = 0;
+		    END LOOP;
+		END \$\$});
 }
 
 # Crash the server: kill -9 the postmaster, wait for it and its children to

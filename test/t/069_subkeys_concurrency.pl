@@ -120,18 +120,7 @@ is($q->(q{
 	 WHERE t.c IS DISTINCT FROM f.ready_rows}), '0', 'every sub-key counts what the table has');
 is($q->("SELECT coalesce(sum(ready_rows), 0) FROM fs_tenants WHERE queue = 'sq'"),
 	$q->("SELECT count(*) FROM sj"), 'and every tenant');
-$q->(q{
-	DO $$
-	DECLARE n int;
-	BEGIN
-	    LOOP
-	        WITH c AS (SELECT lease_id, (j.job).id FROM fs_claim('sq', NULL::sj, 500) j),
-	             d AS (DELETE FROM sj USING c WHERE sj.id = c.id)
-	        SELECT count(fs_release_slot(lease_id)) INTO n FROM c;
-	        EXIT WHEN n = 0;
-	    END LOOP;
-	END $$;
-});
+fs_drain($node, 'sq', 'sj');
 is($q->("SELECT count(*) FROM sj"), '0', 'the queue drains');
 is($q->("SELECT count(*) FROM fs_fair_subkeys('sq')"), '0', 'no sub-key is left in shared memory');
 is($q->("SELECT count(*) FROM fs_leases WHERE queue = 'sq'"), '0', 'no lease is left');

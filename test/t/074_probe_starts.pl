@@ -101,18 +101,7 @@ is($q->("SELECT count(*) FROM claimed c JOIN pj ON pj.id = c.job_id"), '0',
 	'no claimed row is still in the table');
 is($q->("SELECT coalesce(sum(ready_rows), 0) FROM fs_tenants WHERE queue = 'pq'"),
 	$q->("SELECT count(*) FROM pj"), 'every tenant counts what the table has');
-$q->(q{
-	DO $$
-	DECLARE n int;
-	BEGIN
-	    LOOP
-	        WITH c AS (SELECT lease_id, (j.job).id FROM fs_claim('pq', NULL::pj, 500) j),
-	             d AS (DELETE FROM pj USING c WHERE pj.id = c.id)
-	        SELECT count(fs_release_slot(lease_id)) INTO n FROM c;
-	        EXIT WHEN n = 0;
-	    END LOOP;
-	END $$;
-});
+fs_drain($node, 'pq', 'pj');
 is($q->("SELECT count(*) FROM pj"), '0', 'the queue drains');
 is($q->("SELECT count(*) FROM fs_leases WHERE queue = 'pq'"), '0', 'no lease is left');
 is($q->("SELECT fail_open FROM fs_stats"), '0', 'nothing failed open');
