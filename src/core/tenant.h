@@ -350,15 +350,19 @@ fs_tenant_tokens_give_back(FsTenant *entry, float8 tokens)
 /*
  * Ready rows counted in (or out of, when negative) the tenant's backlog.
  * Not clamped at zero: see fs_fair_change().  `fresh`: rows came (or a
- * recount saw them), which ends a dry spell.
+ * recount saw them), which ends a dry spell.  True when the count went from
+ * none to some.
  */
-static inline void
+static inline bool
 fs_tenant_backlog_add(FsTenant *entry, int64 rows, bool fresh)
 {
+	bool		was_backlogged = entry->ready_rows > 0;
+
 	entry->ready_rows += rows;
 	if (fresh)
 		entry->flags &= ~FS_TENANT_DRY;
 	fs_tenant_changed(entry);
+	return !was_backlogged && entry->ready_rows > 0;
 }
 
 /*

@@ -230,6 +230,7 @@ fs_claim_round_plan(FsFairDesc *desc, FsPlan *plan, int32 want, float8 est_cost,
 	/* Room for every planned tenant, made before anything changes. */
 	fs_passed_over_reserve(sel, (plan->leaves ? 2 : 1) * want);
 	plan->passed = sel;
+	fs_plan_set_snapshot(plan, GetActiveSnapshot());	/* the claim query's */
 	fs_plan_make(fq, plan, est_cost, now);
 	if (plan->ntenants == 0 && plan->skipped_dry)
 	{

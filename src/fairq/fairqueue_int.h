@@ -80,6 +80,13 @@
  * One backlogged tenant in its queue's fair order: a binary min-heap on the
  * tenant's virtual finish tag.  `key` always equals the tenant's
  * virtual_finish (both are written under the queue's lock).
+ *
+ * `listed_xid`: the transaction whose commit made the tenant's count go
+ * from none to some ready rows (InvalidTransactionId when a claim's give-back
+ * did, or a recount): a claim whose snapshot does not see it cannot see
+ * those rows, and leaves them to the claims that can (plan.c).  Its 32 bits
+ * are read in the epoch that puts it at or before the tenant's newest adder
+ * (FsTenant.backlog_fxid), which is never before it.
  */
 typedef struct FsHeapItem
 {
@@ -87,7 +94,7 @@ typedef struct FsHeapItem
 	FsTenant   *tenant;			/* pinned by FS_TENANT_QUEUED */
 	TimestampTz dry_until;		/* with FS_TENANT_DRY: skipped until then */
 	int32		min_slots;		/* cached, for the guaranteed floor */
-	int32		pad;
+	TransactionId listed_xid;
 } FsHeapItem;
 
 /*
@@ -813,6 +820,14 @@ typedef struct FsPlan
 	FsGateCapacity cap;			/* the global gate, as of the plan */
 	float8		budget_cost;	/* tokens (ms) a claimed row takes */
 	bool		skip_dry;		/* pass over tenants that came up short lately */
+	/*
+	 * The claim query's snapshot, and its xmin and xmax as full ids: a
+	 * tenant listed by a commit it does not see is left to other claims
+	 * (NULL: none is).
+	 */
+	Snapshot	snapshot;
+	FullTransactionId snapshot_xmin;
+	FullTransactionId snapshot_xmax;
 	bool		may_advance_starts; /* probe starts may advance (probe_start.c) */
 	bool		skipped_dry;	/* ... and some were passed over */
 	/*
@@ -847,6 +862,7 @@ typedef struct FsTenantView
 	int64		ready;
 	int32		slots;
 	bool		dry;
+	FullTransactionId newest_adder; /* the tenant's backlog_fxid */
 	float8		balance;		/* tokens now; infinity without a budget */
 	FsLimits	limits;
 } FsTenantView;
@@ -864,7 +880,10 @@ extern void fs_heap_shrink(FsFairQueue *fq, int32 reserved);
 extern void fs_heap_remove(FsFairQueue *fq, int32 i);
 extern int32 fs_heap_find(FsFairQueue *fq, const FsTenant *tenant);
 extern void fs_fair_push_locked(FsFairQueue *fq, const FsHeapItem *item);
-extern void fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always);
+extern void fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always,
+								   TransactionId listed_xid);
+extern void fs_fair_set_listed_locked(FsFairQueue *fq, const FsTenant *entry,
+									  TransactionId listed_xid);
 extern void fs_fair_shift_tag_locked(FsFairQueue *fq, FsTenant *entry, float8 delta);
 extern void fs_plan_init(FsPlan *plan, int32 want, int aside_capacity, int32 floor_capacity);
 extern void fs_plan_split_starts(FsPlan *plan);
@@ -874,6 +893,8 @@ extern int32 fs_plan_ceiling(const FsGateCapacity *cap, const FsTenantView *v);
 extern bool fs_item_dry(const FsHeapItem *item, const FsTenantView *v, TimestampTz now);
 extern void fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now);
 extern FullTransactionId fs_snapshot_horizon(Snapshot snapshot);
+extern FullTransactionId fs_xid_widen(TransactionId xid, FullTransactionId ref);
+extern void fs_plan_set_snapshot(FsPlan *plan, Snapshot snapshot);
 extern void fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now, float8 *tag_fix, float8 *served_fix);
 extern void fs_fair_measure_latency(FsFairDesc *desc, TimestampTz now);
 

@@ -652,10 +652,11 @@ fs_fair_push_locked(FsFairQueue *fq, const FsHeapItem *item)
 
 /*
  * Put `entry` (pinned by the caller) in the fair order if it has ready rows
- * (or `always`) and is not there yet.  Caller holds fq->lock exclusively.
+ * (or `always`) and is not there yet, listed by `listed_xid` (see
+ * FsHeapItem).  Caller holds fq->lock exclusively.
  */
 void
-fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always)
+fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always, TransactionId listed_xid)
 {
 	FsHeapItem	item;
 	bool		add;
@@ -675,8 +676,30 @@ fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always)
 
 	item.tenant = entry;
 	item.dry_until = 0;
-	item.pad = 0;
+	item.listed_xid = listed_xid;
 	fs_fair_push_locked(fq, &item);
+}
+
+/*
+ * The count of `entry` went from none to some ready rows while it stayed in
+ * the fair order (its rows had all been reserved, or claimed, before a
+ * planning took it out): `listed_xid` listed it anew.  Caller holds fq->lock
+ * exclusively.
+ */
+void
+fs_fair_set_listed_locked(FsFairQueue *fq, const FsTenant *entry, TransactionId listed_xid)
+{
+	int32		i = fs_heap_find(fq, entry);
+
+	if (i >= 0)
+		fs_heap_at(fq, i)->listed_xid = listed_xid;
+}
+
+/* What lists a tenant whose count a commit of `adder` took from none to some. */
+static TransactionId
+fs_listed_by(FullTransactionId adder)
+{
+	return FullTransactionIdIsValid(adder) ? XidFromFullTransactionId(adder) : InvalidTransactionId;
 }
 
 /*
@@ -715,7 +738,7 @@ fs_fair_replay_tenant(FsQueue *queue, FsTenant *entry)
 		heap_fix(fq, i);
 	}
 	else if (ready != 0)
-		fs_fair_enqueue_locked(fq, entry, false);
+		fs_fair_enqueue_locked(fq, entry, false, InvalidTransactionId);
 	fs_fair_note_finish(fq, tag);
 	LWLockRelease(fq->lock);
 }
@@ -807,6 +830,7 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 	FsTenant   *entry;
 	float8		weight;
 	float8		tag = c->tag;
+	bool		listed;
 
 	entry = fs_tenant_open_cached(queue, tenant, create, &ref);
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
@@ -826,8 +850,8 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 	 * may take its row off here before the recount adds it back (the count
 	 * had it), so the sum is exact only if a negative value is kept.
 	 */
-	fs_tenant_backlog_add(entry, fq->resync_gen == c->resync_gen ? c->rows : c->rows_recounted,
-						  c->rows > 0);
+	listed = fs_tenant_backlog_add(entry, fq->resync_gen == c->resync_gen ? c->rows : c->rows_recounted,
+								   c->rows > 0);
 	fs_tenant_note_adder(entry, c->adder);
 	fs_tenant_served_add(entry, c->served + c->claimed_cost);
 	if (c->claimed_cost > 0)
@@ -841,7 +865,9 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 	fs_tenant_unlock(entry);
 
 	fs_fair_shift_tag_locked(fq, entry, tag + (c->cost + c->claimed_cost) / weight);
-	fs_fair_enqueue_locked(fq, entry, false);
+	fs_fair_enqueue_locked(fq, entry, false, fs_listed_by(c->adder));
+	if (listed)
+		fs_fair_set_listed_locked(fq, entry, fs_listed_by(c->adder));
 	if (c->dry && fs_fair_mark_dry(entry, c->dry_horizon))
 	{
 		int32		i = fs_heap_find(fq, entry);
@@ -870,6 +896,7 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 	FsTenantRef ref;
 	FsTenant   *entry;
 	bool		enqueue;
+	bool		listed;
 	FsTenantChange c;
 
 	if (leaves == 0)
@@ -883,16 +910,18 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 			return;
 		}
 		fs_tenant_lock(entry);
-		fs_tenant_backlog_add(entry, rows, rows > 0);
+		listed = fs_tenant_backlog_add(entry, rows, rows > 0);
 		fs_tenant_note_adder(entry, adder);
 		enqueue = entry->ready_rows != 0 && !(entry->flags & FS_TENANT_QUEUED);
 		fs_tenant_unlock(entry);
-		if (enqueue)
+		if (enqueue || listed)
 		{
 			FsFairQueue *fq = fs_fair_queue(queue);
 
 			LWLockAcquire(fq->lock, LW_EXCLUSIVE);
-			fs_fair_enqueue_locked(fq, entry, false);
+			fs_fair_enqueue_locked(fq, entry, false, fs_listed_by(adder));
+			if (listed)
+				fs_fair_set_listed_locked(fq, entry, fs_listed_by(adder));
 			LWLockRelease(fq->lock);
 		}
 		fs_tenant_close(&ref);

@@ -74,6 +74,7 @@ fs_plan_init(FsPlan *plan, int32 want, int aside_capacity, int32 floor_capacity)
 	plan->pick_start = palloc(sizeof(float8) * want);
 	plan->selective = false;
 	plan->passed = NULL;
+	plan->snapshot = NULL;
 	plan->leaves = false;
 	plan->nleaves = 0;
 	plan->nleaf_aside = 0;
@@ -132,6 +133,7 @@ fs_tenant_view(FsTenant *entry, FsTenantView *v, TimestampTz now)
 	v->ready = entry->ready_rows;
 	v->slots = entry->slots_in_use;
 	v->dry = (entry->flags & FS_TENANT_DRY) != 0;
+	v->newest_adder = entry->backlog_fxid;
 	v->balance = fs_budget_balance_now(entry, now);
 	fs_limits_copy_out(entry, &v->limits);
 	fs_tenant_unlock(entry);
@@ -219,6 +221,34 @@ fs_item_dry(const FsHeapItem *item, const FsTenantView *v, TimestampTz now)
 }
 
 /*
+ * Does the claim's snapshot see the commit that listed the tenant (made its
+ * count go from none to some)?  If not, it sees none of the rows that commit
+ * counted: were it to reserve them, the claims that do see them would pass
+ * the tenant over until it gave them back.  So it leaves the tenant to
+ * them, as if it had no rows.  Only claims whose snapshot was taken before
+ * that commit are concerned, for as long as they last.
+ */
+static bool
+fs_plan_sees_listing(const FsPlan *plan, const FsHeapItem *item, const FsTenantView *v)
+{
+	Snapshot	snapshot = plan->snapshot;
+	FullTransactionId listed;
+
+	if (snapshot == NULL || !TransactionIdIsNormal(item->listed_xid) ||
+		!FullTransactionIdIsValid(v->newest_adder))
+		return true;
+	listed = fs_xid_widen(item->listed_xid, v->newest_adder);
+	if (FullTransactionIdPrecedes(listed, plan->snapshot_xmin))
+		return true;
+	if (!FullTransactionIdPrecedes(listed, plan->snapshot_xmax))
+		return false;
+	for (uint32 i = 0; i < snapshot->xcnt; i++)
+		if (TransactionIdEquals(snapshot->xip[i], item->listed_xid))
+			return false;		/* running when the snapshot was taken */
+	return true;
+}
+
+/*
  * Should the plan pass this tenant over: as dry (it notes that it did), or
  * as short of rows earlier in this claim?
  */
@@ -280,7 +310,8 @@ fs_plan_floors(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 			fs_tenant_view(item->tenant, &v, now);
 			floor = Min(v.limits.min_slots, fs_plan_ceiling(&plan->cap, &v));
 			if (v.ready <= 0 || fs_plan_skips_dry(plan, item, &v, now) || v.slots + planned >= floor ||
-				!fs_view_can_pay(&v, planned + 1, plan->budget_cost))
+				!fs_view_can_pay(&v, planned + 1, plan->budget_cost) ||
+				!fs_plan_sees_listing(plan, item, &v))
 				continue;
 			if (best < 0 || fs_heap_less(item, fs_heap_at(fq, candidates[best])))
 			{
@@ -386,7 +417,8 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 			leaf = fs_plan_leaf_choose(plan, entry, v.ready, now, &blocked);
 		if (v.ready <= 0 || blocked || fs_plan_skips_dry(plan, top, &v, now) ||
 			v.slots + planned >= fs_plan_ceiling(&plan->cap, &v) ||
-			!fs_view_can_pay(&v, planned + 1, plan->budget_cost))
+			!fs_view_can_pay(&v, planned + 1, plan->budget_cost) ||
+			!fs_plan_sees_listing(plan, top, &v))
 		{
 			/* Not now: set it aside (its tag is kept) and look further. */
 			if (plan->naside >= plan->aside_capacity)
@@ -424,12 +456,36 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 FullTransactionId
 fs_snapshot_horizon(Snapshot snapshot)
 {
-	FullTransactionId next = ReadNextFullTransactionId();
-	uint32		epoch = EpochFromFullTransactionId(next);
+	return fs_xid_widen(snapshot->xmin, ReadNextFullTransactionId());
+}
 
-	if (snapshot->xmin > XidFromFullTransactionId(next))
+/*
+ * `xid` as a full transaction id: the latest one with its 32 bits that is
+ * not after `ref`, which must not be before it (and is, in practice, less
+ * than 2^32 transactions after it).
+ */
+FullTransactionId
+fs_xid_widen(TransactionId xid, FullTransactionId ref)
+{
+	uint32		epoch = EpochFromFullTransactionId(ref);
+
+	if (xid > XidFromFullTransactionId(ref) && epoch > 0)
 		epoch--;
-	return FullTransactionIdFromEpochAndXid(epoch, snapshot->xmin);
+	return FullTransactionIdFromEpochAndXid(epoch, xid);
+}
+
+/*
+ * Give `plan` the claim query's snapshot (the active one), to leave out the
+ * tenants listed by a commit it does not see (fs_plan_sees_listing()).
+ */
+void
+fs_plan_set_snapshot(FsPlan *plan, Snapshot snapshot)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+
+	plan->snapshot = snapshot;
+	plan->snapshot_xmin = fs_xid_widen(snapshot->xmin, next);
+	plan->snapshot_xmax = fs_xid_widen(snapshot->xmax, next);
 }
 
 /*
