@@ -81,12 +81,14 @@
  * tenant's virtual finish tag.  `key` always equals the tenant's
  * virtual_finish (both are written under the queue's lock).
  *
- * `listed_xid`: the transaction whose commit made the tenant's count go
- * from none to some ready rows (InvalidTransactionId when a claim's give-back
- * did, or a recount): a claim whose snapshot does not see it cannot see
- * those rows, and leaves them to the claims that can (plan.c).  Its 32 bits
+ * `listed_xid`: the transaction whose commit last made the tenant's count
+ * go from none to some ready rows (kept when a claim's give-back does;
+ * InvalidTransactionId when a give-back or a recount put the tenant in the
+ * order): a claim whose snapshot does not see it cannot see those rows, and
+ * leaves them to the claims that can (fs_plan_sees_listing()).  Its 32 bits
  * are read in the epoch that puts it at or before the tenant's newest adder
- * (FsTenant.backlog_fxid), which is never before it.
+ * (FsTenant.backlog_fxid), which is never before it.  Such a change of the
+ * count is made under the queue's lock, with the item's.
  */
 typedef struct FsHeapItem
 {
@@ -421,6 +423,8 @@ typedef struct FsLeaf
 	FsLeafKey	key;			/* hash key: must be first */
 	uint32		generation;		/* new for every entry made */
 	bool		queued;			/* a leaf: in its tenant's order */
+	TransactionId listed_xid;	/* a leaf: as FsHeapItem's, read in the
+								 * epoch of its backlog_fxid */
 	int64		ready_rows;		/* a leaf: its backlog; the tenant's entry:
 								 * the sum of its leaves' */
 	float8		virtual_finish; /* a leaf: finish tag of its last claim */
@@ -895,6 +899,8 @@ extern void fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, Timesta
 extern FullTransactionId fs_snapshot_horizon(Snapshot snapshot);
 extern FullTransactionId fs_xid_widen(TransactionId xid, FullTransactionId ref);
 extern void fs_plan_set_snapshot(FsPlan *plan, Snapshot snapshot);
+extern bool fs_plan_sees_listing(const FsPlan *plan, TransactionId listed_xid,
+								 FullTransactionId newest_adder);
 extern void fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now, float8 *tag_fix, float8 *served_fix);
 extern void fs_fair_measure_latency(FsFairDesc *desc, TimestampTz now);
 

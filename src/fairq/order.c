@@ -866,7 +866,7 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 
 	fs_fair_shift_tag_locked(fq, entry, tag + (c->cost + c->claimed_cost) / weight);
 	fs_fair_enqueue_locked(fq, entry, false, fs_listed_by(c->adder));
-	if (listed)
+	if (listed && FullTransactionIdIsValid(c->adder))
 		fs_fair_set_listed_locked(fq, entry, fs_listed_by(c->adder));
 	if (c->dry && fs_fair_mark_dry(entry, c->dry_horizon))
 	{
@@ -901,6 +901,9 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 
 	if (leaves == 0)
 	{
+		FsFairQueue *fq = fs_fair_queue(queue);
+		bool		locked = false;
+
 		entry = fs_tenant_open_cached(queue, tenant, rows > 0, &ref);
 		if (entry == NULL)
 		{
@@ -909,18 +912,39 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 				fs_fair_add_without_tenant(queue, 0, rows);
 			return;
 		}
-		fs_tenant_lock(entry);
-		listed = fs_tenant_backlog_add(entry, rows, rows > 0);
-		fs_tenant_note_adder(entry, adder);
-		enqueue = entry->ready_rows != 0 && !(entry->flags & FS_TENANT_QUEUED);
-		fs_tenant_unlock(entry);
-		if (enqueue || listed)
-		{
-			FsFairQueue *fq = fs_fair_queue(queue);
 
+		/*
+		 * A change that lists the tenant (its count from none to some) is
+		 * made under the queue's lock, with the item's listed_xid, so that
+		 * no planning sees the one without the other.  Known only under the
+		 * tenant's spinlock, taken after the queue's lock: tried without it
+		 * first, which is enough for all other changes.
+		 */
+		for (;;)
+		{
+			fs_tenant_lock(entry);
+			if (!locked && (entry->ready_rows <= 0 && entry->ready_rows + rows > 0))
+			{
+				fs_tenant_unlock(entry);
+				LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+				locked = true;
+				continue;
+			}
+			listed = fs_tenant_backlog_add(entry, rows, rows > 0);
+			fs_tenant_note_adder(entry, adder);
+			enqueue = entry->ready_rows != 0 && !(entry->flags & FS_TENANT_QUEUED);
+			fs_tenant_unlock(entry);
+			break;
+		}
+		if (enqueue && !locked)
+		{
 			LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+			locked = true;
+		}
+		if (locked)
+		{
 			fs_fair_enqueue_locked(fq, entry, false, fs_listed_by(adder));
-			if (listed)
+			if (listed && FullTransactionIdIsValid(adder))
 				fs_fair_set_listed_locked(fq, entry, fs_listed_by(adder));
 			LWLockRelease(fq->lock);
 		}

@@ -221,30 +221,32 @@ fs_item_dry(const FsHeapItem *item, const FsTenantView *v, TimestampTz now)
 }
 
 /*
- * Does the claim's snapshot see the commit that listed the tenant (made its
- * count go from none to some)?  If not, it sees none of the rows that commit
- * counted: were it to reserve them, the claims that do see them would pass
- * the tenant over until it gave them back.  So it leaves the tenant to
- * them, as if it had no rows.  Only claims whose snapshot was taken before
- * that commit are concerned, for as long as they last.
+ * Does the claim's snapshot see the commit that listed a tenant (or a leaf:
+ * made its count go from none to some), `listed_xid`, read in the epoch of
+ * `newest_adder`?  If not, it sees none of the rows that commit counted:
+ * were it to reserve them, the claims that do see them would pass the
+ * tenant over until it gave them back.  So it leaves the tenant to them, as
+ * if it had no rows.  Only claims whose snapshot was taken before that
+ * commit are concerned, for as long as they last.
  */
-static bool
-fs_plan_sees_listing(const FsPlan *plan, const FsHeapItem *item, const FsTenantView *v)
+bool
+fs_plan_sees_listing(const FsPlan *plan, TransactionId listed_xid, FullTransactionId newest_adder)
 {
 	Snapshot	snapshot = plan->snapshot;
 	FullTransactionId listed;
 
-	if (snapshot == NULL || !TransactionIdIsNormal(item->listed_xid) ||
-		!FullTransactionIdIsValid(v->newest_adder))
+	if (snapshot == NULL || !TransactionIdIsNormal(listed_xid) ||
+		!FullTransactionIdIsValid(newest_adder))
 		return true;
-	listed = fs_xid_widen(item->listed_xid, v->newest_adder);
+	listed = fs_xid_widen(listed_xid, newest_adder);
 	if (FullTransactionIdPrecedes(listed, plan->snapshot_xmin))
 		return true;
 	if (!FullTransactionIdPrecedes(listed, plan->snapshot_xmax))
 		return false;
+	/* A top-level id: in xip if it was running, even when subxip overflowed. */
 	for (uint32 i = 0; i < snapshot->xcnt; i++)
-		if (TransactionIdEquals(snapshot->xip[i], item->listed_xid))
-			return false;		/* running when the snapshot was taken */
+		if (TransactionIdEquals(snapshot->xip[i], listed_xid))
+			return false;
 	return true;
 }
 
@@ -311,7 +313,7 @@ fs_plan_floors(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 			floor = Min(v.limits.min_slots, fs_plan_ceiling(&plan->cap, &v));
 			if (v.ready <= 0 || fs_plan_skips_dry(plan, item, &v, now) || v.slots + planned >= floor ||
 				!fs_view_can_pay(&v, planned + 1, plan->budget_cost) ||
-				!fs_plan_sees_listing(plan, item, &v))
+				!fs_plan_sees_listing(plan, item->listed_xid, v.newest_adder))
 				continue;
 			if (best < 0 || fs_heap_less(item, fs_heap_at(fq, candidates[best])))
 			{
@@ -365,6 +367,7 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		FsTenantView v;
 		int32		min_slots;
 		bool		drained;
+		bool		seen;
 		FsLeaf	   *leaf = NULL;
 		bool		blocked = false;
 
@@ -413,12 +416,12 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 		top->min_slots = min_slots;
 
 		fs_tenant_view(entry, &v, now);
-		if (v.ready > 0 && plan->leaves)
+		seen = fs_plan_sees_listing(plan, top->listed_xid, v.newest_adder);
+		if (v.ready > 0 && seen && plan->leaves)
 			leaf = fs_plan_leaf_choose(plan, entry, v.ready, now, &blocked);
-		if (v.ready <= 0 || blocked || fs_plan_skips_dry(plan, top, &v, now) ||
+		if (v.ready <= 0 || !seen || blocked || fs_plan_skips_dry(plan, top, &v, now) ||
 			v.slots + planned >= fs_plan_ceiling(&plan->cap, &v) ||
-			!fs_view_can_pay(&v, planned + 1, plan->budget_cost) ||
-			!fs_plan_sees_listing(plan, top, &v))
+			!fs_view_can_pay(&v, planned + 1, plan->budget_cost))
 		{
 			/* Not now: set it aside (its tag is kept) and look further. */
 			if (plan->naside >= plan->aside_capacity)

@@ -191,6 +191,7 @@ fs_leaf_init(FsLeaf *leaf, FsLeaf *order)
 	leaf->weight_generation = 0;
 	leaf->dry_until = 0;
 	leaf->backlog_fxid = InvalidFullTransactionId;
+	leaf->listed_xid = InvalidTransactionId;
 	leaf->order = order;
 	leaf->root = NULL;
 	leaf->vtime = 0;
@@ -391,18 +392,22 @@ fs_leaf_apply_many(FsQueue *queue, const FsLeafChange *changes, int n)
 		const FsTenantChange *c = &changes[i].change;
 		int64		rows = fq->resync_gen == c->resync_gen ? c->rows : c->rows_recounted;
 		FsLeaf	   *leaf;
+		bool		listed;
 
 		leaf = rows > 0 ? fs_leaf_enter(fq, queue->queue_id, changes[i].tenant, changes[i].subkey) :
 			fs_leaf_find(queue->queue_id, changes[i].tenant, changes[i].subkey);
 		if (leaf == NULL)
 			continue;
 		fs_leaf_dequeue(leaf);
+		listed = leaf->ready_rows <= 0 && leaf->ready_rows + rows > 0;
 		fs_leaf_add_rows(leaf, rows);
 		if (c->rows > 0)
 			leaf->dry_until = 0;
 		if (FullTransactionIdIsValid(c->adder) &&
 			FullTransactionIdPrecedes(leaf->backlog_fxid, c->adder))
 			leaf->backlog_fxid = c->adder;
+		if (listed && FullTransactionIdIsValid(c->adder))
+			leaf->listed_xid = XidFromFullTransactionId(c->adder);
 		leaf->virtual_finish = Max(leaf->virtual_finish + c->tag +
 								   c->cost / (leaf->weight_generation != 0 ? leaf->weight : 1.0),
 								   0.0);
@@ -646,7 +651,8 @@ fs_plan_leaf_choose(FsPlan *plan, FsTenant *entry, int64 tenant_ready, Timestamp
 		FsLeaf	   *top = pairingheap_container(FsLeaf, node, pairingheap_first(&heap));
 		bool		dry = plan->skip_dry && top->dry_until > now;
 
-		if (!dry && (plan->passed == NULL || !fs_passed_over_has(plan->passed, top)))
+		if (!dry && (plan->passed == NULL || !fs_passed_over_has(plan->passed, top)) &&
+			fs_plan_sees_listing(plan, top->listed_xid, top->backlog_fxid))
 		{
 			leaf = top;
 			break;
