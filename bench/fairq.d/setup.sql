@@ -107,6 +107,8 @@ CREATE TABLE fj_running (job_id bigint PRIMARY KEY, tenant text, enqueued_at tim
 CREATE TABLE fj_fifo_running (LIKE fj_running INCLUDING ALL);
 CREATE TABLE fj_served (job_id bigint, tenant text, enqueued_at timestamptz, claimed_at timestamptz,
                         run text);
+-- An arrival's job: when its INSERT began, and when its commit had returned.
+CREATE TABLE fj_ack (job_id bigint, enqueued_at timestamptz, acked_at timestamptz, run text);
 SELECT queue FROM fs_register_queue('fj', 'fj', 'tenant', 'id',
        running_table => 'fj_running', running_key => 'job_id');
 -- The FIFO table has the same indexes: a queue table has its per-queue index
@@ -122,6 +124,14 @@ BEGIN
                     SELECT %L || t, clock_timestamp() FROM generate_series(1, %s) j, generate_series(1, %s) t
                      ORDER BY j, t', tbl, prefix, jobs, tenants);
 END $$;
+-- p99 of an arrival run's enqueues (INSERT to its commit returned), and of
+-- the small jobs' wait from then to their claim, in milliseconds
+CREATE FUNCTION fj_p99_enqueue(r text) RETURNS float8 LANGUAGE sql AS $$
+    SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM acked_at - enqueued_at) * 1000)
+      FROM fj_ack WHERE run = r $$;
+CREATE FUNCTION fj_p99_after_commit(r text) RETURNS float8 LANGUAGE sql AS $$
+    SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM s.claimed_at - a.acked_at) * 1000)
+      FROM fj_served s JOIN fj_ack a USING (job_id) WHERE s.run = r $$;
 -- p99 wait of a run's small tenants, in milliseconds
 CREATE FUNCTION fj_p99(r text) RETURNS float8 LANGUAGE sql AS $$
     SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - enqueued_at) * 1000)
