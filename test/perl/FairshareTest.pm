@@ -8,8 +8,9 @@ use Exporter 'import';
 use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use Test::More;
 
-our @EXPORT = qw(fs_node fs_src fs_crash fs_drain);
+our @EXPORT = qw(fs_node fs_src fs_crash fs_drain fs_check_drains);
 
 # The source tree the tests run from (test/run sets FS_SRC).
 sub fs_src
@@ -55,6 +56,24 @@ sub fs_drain
 		        EXIT WHEN n = 0;
 		    END LOOP;
 		END \$\$});
+}
+
+# The end of a test under concurrency: every tenant of the queue counts what
+# its table has, the queue drains (fs_drain), no lease of it is left,
+# nothing failed open, and the server neither crashed nor found a broken
+# invariant (the debug build's checks).
+sub fs_check_drains
+{
+	my ($node, $queue, $table) = @_;
+	my $q = sub { $node->safe_psql('postgres', shift) };
+	is($q->("SELECT coalesce(sum(ready_rows), 0) FROM fs_tenants WHERE queue = '$queue'"),
+		$q->("SELECT count(*) FROM $table"), 'every tenant counts what the table has');
+	fs_drain($node, $queue, $table);
+	is($q->("SELECT count(*) FROM $table"), '0', 'the queue drains');
+	is($q->("SELECT count(*) FROM fs_leases WHERE queue = '$queue'"), '0', 'no lease is left');
+	is($q->("SELECT fail_open FROM fs_stats"), '0', 'nothing failed open');
+	ok(!$node->log_contains(qr/terminated by signal|invariant violated/),
+		'no crash, no broken invariant');
 }
 
 # Crash the server: kill -9 the postmaster, wait for it and its children to
