@@ -82,10 +82,11 @@
  * virtual_finish (both are written under the queue's lock).
  *
  * `listed_xid`: the transaction whose commit last made the tenant's count
- * go from none to some ready rows (kept when a claim's give-back does;
- * InvalidTransactionId when a give-back or a recount put the tenant in the
- * order): a claim whose snapshot does not see it cannot see those rows, and
- * leaves them to the claims that can (fs_plan_sees_listing()).  Its 32 bits
+ * go from none to some ready rows: a claim whose snapshot does not see it
+ * cannot see those rows, and leaves them to the claims that can
+ * (fs_plan_sees_listing()).  InvalidTransactionId once a claim gave rows
+ * back (they may be older, and seen by every snapshot), or when a recount
+ * put the tenant in the order; a recount that finds rows keeps it.  Its 32 bits
  * are read in the epoch that puts it at or before the tenant's newest adder
  * (FsTenant.backlog_fxid), which is never before it.  Such a change of the
  * count is made under the queue's lock, with the item's.

@@ -683,8 +683,8 @@ fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always, Transactio
 /*
  * The count of `entry` went from none to some ready rows while it stayed in
  * the fair order (its rows had all been reserved, or claimed, before a
- * planning took it out): `listed_xid` listed it anew.  Caller holds fq->lock
- * exclusively.
+ * planning took it out): `listed_xid` listed it anew; or a claim gave rows
+ * back (InvalidTransactionId).  Caller holds fq->lock exclusively.
  */
 void
 fs_fair_set_listed_locked(FsFairQueue *fq, const FsTenant *entry, TransactionId listed_xid)
@@ -866,7 +866,8 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 
 	fs_fair_shift_tag_locked(fq, entry, tag + (c->cost + c->claimed_cost) / weight);
 	fs_fair_enqueue_locked(fq, entry, false, fs_listed_by(c->adder));
-	if (listed && FullTransactionIdIsValid(c->adder))
+	/* Rows given back (by a claim, or its rollback) may be older: no listing. */
+	if (FullTransactionIdIsValid(c->adder) ? listed : c->rows > 0)
 		fs_fair_set_listed_locked(fq, entry, fs_listed_by(c->adder));
 	if (c->dry && fs_fair_mark_dry(entry, c->dry_horizon))
 	{

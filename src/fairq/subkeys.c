@@ -408,6 +408,8 @@ fs_leaf_apply_many(FsQueue *queue, const FsLeafChange *changes, int n)
 			leaf->backlog_fxid = c->adder;
 		if (listed && FullTransactionIdIsValid(c->adder))
 			leaf->listed_xid = XidFromFullTransactionId(c->adder);
+		else if (c->rows > 0 && !FullTransactionIdIsValid(c->adder))
+			leaf->listed_xid = InvalidTransactionId;	/* given back: maybe older */
 		leaf->virtual_finish = Max(leaf->virtual_finish + c->tag +
 								   c->cost / (leaf->weight_generation != 0 ? leaf->weight : 1.0),
 								   0.0);
@@ -650,9 +652,9 @@ fs_plan_leaf_choose(FsPlan *plan, FsTenant *entry, int64 tenant_ready, Timestamp
 	{
 		FsLeaf	   *top = pairingheap_container(FsLeaf, node, pairingheap_first(&heap));
 		bool		dry = plan->skip_dry && top->dry_until > now;
+		bool		seen = fs_plan_sees_listing(plan, top->listed_xid, top->backlog_fxid);
 
-		if (!dry && (plan->passed == NULL || !fs_passed_over_has(plan->passed, top)) &&
-			fs_plan_sees_listing(plan, top->listed_xid, top->backlog_fxid))
+		if (!dry && seen && (plan->passed == NULL || !fs_passed_over_has(plan->passed, top)))
 		{
 			leaf = top;
 			break;
@@ -663,8 +665,8 @@ fs_plan_leaf_choose(FsPlan *plan, FsTenant *entry, int64 tenant_ready, Timestamp
 		top->queued = false;
 		plan->leaf_aside[plan->nleaf_aside++] = top;
 		set_aside = true;
-		if (dry)
-			plan->skipped_dry = true;
+		if (dry && seen)
+			plan->skipped_dry = true;	/* unseen: a pass without skip_dry skips it too */
 	}
 	fs_order_close(order, &heap);
 	if (leaf == NULL && tenant_ready > order->ready_rows)
