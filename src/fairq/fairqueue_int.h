@@ -85,11 +85,12 @@
  * go from none to some ready rows: a claim whose snapshot does not see it
  * cannot see those rows, and leaves them to the claims that can
  * (fs_plan_sees_listing()).  InvalidTransactionId once a claim gave rows
- * back (they may be older, and seen by every snapshot), or when a recount
- * put the tenant in the order; a recount that finds rows keeps it.  Its 32 bits
- * are read in the epoch that puts it at or before the tenant's newest adder
- * (FsTenant.backlog_fxid), which is never before it.  Such a change of the
- * count is made under the queue's lock, with the item's.
+ * back (they may be older, and seen by every snapshot), and when anything
+ * else put the tenant in the order (a recount, a standby's replay); a
+ * recount that finds rows keeps it.  Its 32 bits are read in the epoch that
+ * puts it at or before the tenant's newest adder (FsTenant.backlog_fxid),
+ * which is never before it.  Such a change of the count is made under the
+ * queue's lock, with the item's.
  */
 typedef struct FsHeapItem
 {
@@ -885,8 +886,7 @@ extern void fs_heap_shrink(FsFairQueue *fq, int32 reserved);
 extern void fs_heap_remove(FsFairQueue *fq, int32 i);
 extern int32 fs_heap_find(FsFairQueue *fq, const FsTenant *tenant);
 extern void fs_fair_push_locked(FsFairQueue *fq, const FsHeapItem *item);
-extern void fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always,
-								   TransactionId listed_xid);
+extern void fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always);
 extern void fs_fair_set_listed_locked(FsFairQueue *fq, const FsTenant *entry,
 									  TransactionId listed_xid);
 extern void fs_fair_shift_tag_locked(FsFairQueue *fq, FsTenant *entry, float8 delta);

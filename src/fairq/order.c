@@ -652,11 +652,12 @@ fs_fair_push_locked(FsFairQueue *fq, const FsHeapItem *item)
 
 /*
  * Put `entry` (pinned by the caller) in the fair order if it has ready rows
- * (or `always`) and is not there yet, listed by `listed_xid` (see
- * FsHeapItem).  Caller holds fq->lock exclusively.
+ * (or `always`) and is not there yet, with no listing: the change that
+ * listed it sets that (fs_fair_set_listed_locked()).  Caller holds fq->lock
+ * exclusively.
  */
 void
-fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always, TransactionId listed_xid)
+fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always)
 {
 	FsHeapItem	item;
 	bool		add;
@@ -676,15 +677,15 @@ fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always, Transactio
 
 	item.tenant = entry;
 	item.dry_until = 0;
-	item.listed_xid = listed_xid;
+	item.listed_xid = InvalidTransactionId;
 	fs_fair_push_locked(fq, &item);
 }
 
 /*
- * The count of `entry` went from none to some ready rows while it stayed in
- * the fair order (its rows had all been reserved, or claimed, before a
- * planning took it out): `listed_xid` listed it anew; or a claim gave rows
- * back (InvalidTransactionId).  Caller holds fq->lock exclusively.
+ * The commit of `listed_xid` took the count of `entry` from none to some
+ * ready rows (whether it was in the fair order already, its rows all
+ * reserved or claimed, or was just put there); or a claim gave rows back
+ * (InvalidTransactionId).  Caller holds fq->lock exclusively.
  */
 void
 fs_fair_set_listed_locked(FsFairQueue *fq, const FsTenant *entry, TransactionId listed_xid)
@@ -738,7 +739,7 @@ fs_fair_replay_tenant(FsQueue *queue, FsTenant *entry)
 		heap_fix(fq, i);
 	}
 	else if (ready != 0)
-		fs_fair_enqueue_locked(fq, entry, false, InvalidTransactionId);
+		fs_fair_enqueue_locked(fq, entry, false);
 	fs_fair_note_finish(fq, tag);
 	LWLockRelease(fq->lock);
 }
@@ -865,7 +866,7 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 	fs_tenant_unlock(entry);
 
 	fs_fair_shift_tag_locked(fq, entry, tag + (c->cost + c->claimed_cost) / weight);
-	fs_fair_enqueue_locked(fq, entry, false, fs_listed_by(c->adder));
+	fs_fair_enqueue_locked(fq, entry, false);
 	/* Rows given back (by a claim, or its rollback) may be older: no listing. */
 	if (FullTransactionIdIsValid(c->adder) ? listed : c->rows > 0)
 		fs_fair_set_listed_locked(fq, entry, fs_listed_by(c->adder));
@@ -944,7 +945,7 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 		}
 		if (locked)
 		{
-			fs_fair_enqueue_locked(fq, entry, false, fs_listed_by(adder));
+			fs_fair_enqueue_locked(fq, entry, false);
 			if (listed && FullTransactionIdIsValid(adder))
 				fs_fair_set_listed_locked(fq, entry, fs_listed_by(adder));
 			LWLockRelease(fq->lock);

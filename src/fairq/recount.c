@@ -408,7 +408,7 @@ fs_recount_pin(FsFairDesc *desc, FsFairQueue *fq, HTAB *counts, uint64 forget_ge
 		LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 		forgotten = fq->forget_gen != forget_gen;
 		if (!forgotten)
-			fs_fair_enqueue_locked(fq, entry, true, InvalidTransactionId);
+			fs_fair_enqueue_locked(fq, entry, true);
 		LWLockRelease(fq->lock);
 		fs_tenant_close(&ref);
 		if (forgotten)
