@@ -347,6 +347,13 @@ fs_tenant_tokens_give_back(FsTenant *entry, float8 tokens)
 	fs_tenant_changed(entry);
 }
 
+/* Does adding `rows` to a backlog of `ready` rows take it from none to some? */
+static inline bool
+fs_backlog_lists(int64 ready, int64 rows)
+{
+	return ready <= 0 && ready + rows > 0;
+}
+
 /*
  * Ready rows counted in (or out of, when negative) the tenant's backlog.
  * Not clamped at zero: see fs_fair_change().  `fresh`: rows came (or a
@@ -356,13 +363,13 @@ fs_tenant_tokens_give_back(FsTenant *entry, float8 tokens)
 static inline bool
 fs_tenant_backlog_add(FsTenant *entry, int64 rows, bool fresh)
 {
-	bool		was_backlogged = entry->ready_rows > 0;
+	bool		lists = fs_backlog_lists(entry->ready_rows, rows);
 
 	entry->ready_rows += rows;
 	if (fresh)
 		entry->flags &= ~FS_TENANT_DRY;
 	fs_tenant_changed(entry);
-	return !was_backlogged && entry->ready_rows > 0;
+	return lists;
 }
 
 /*

@@ -501,7 +501,6 @@ static bool
 fs_claim_leaves_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelection *sel)
 {
 	bool		short_of_plan = false;
-	FullTransactionId horizon = InvalidFullTransactionId;
 	FsLeafChange *changes;
 	int			i;
 
@@ -529,10 +528,8 @@ fs_claim_leaves_settle(FsFairDesc *desc, FsPlan *plan, TimestampTz now, FsSelect
 			fs_passed_over_add(sel, pl->leaf);
 			if (!plan->selective)
 			{
-				if (!FullTransactionIdIsValid(horizon))
-					horizon = fs_snapshot_horizon(GetActiveSnapshot());
 				c->dry = true;
-				c->dry_horizon = horizon;
+				c->dry_horizon = plan->snapshot_xmin;
 			}
 		}
 	}

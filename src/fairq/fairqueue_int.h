@@ -829,7 +829,8 @@ typedef struct FsPlan
 	/*
 	 * The claim query's snapshot, and its xmin and xmax as full ids: a
 	 * tenant listed by a commit it does not see is left to other claims
-	 * (NULL: none is).
+	 * (NULL: none is), and xmin is the horizon of a tenant (or leaf) it
+	 * finds short (FsTenantChange.dry_horizon).
 	 */
 	Snapshot	snapshot;
 	FullTransactionId snapshot_xmin;
@@ -889,6 +890,23 @@ extern void fs_fair_push_locked(FsFairQueue *fq, const FsHeapItem *item);
 extern void fs_fair_enqueue_locked(FsFairQueue *fq, FsTenant *entry, bool always);
 extern void fs_fair_set_listed_locked(FsFairQueue *fq, const FsTenant *entry,
 									  TransactionId listed_xid);
+
+/*
+ * The listing (FsHeapItem.listed_xid) a change of `rows` leaves to a tenant
+ * or a leaf, `lists` when it took the count from none to some: a commit of
+ * `adder` that did lists it; rows given back without one (by a claim, or
+ * its rollback) may be older, and clear it.  False when the listing stays.
+ */
+static inline bool
+fs_listing_after(bool lists, FullTransactionId adder, int64 rows, TransactionId *listed_xid)
+{
+	bool		committed = FullTransactionIdIsValid(adder);
+
+	if (committed ? !lists : rows <= 0)
+		return false;
+	*listed_xid = committed ? XidFromFullTransactionId(adder) : InvalidTransactionId;
+	return true;
+}
 extern void fs_fair_shift_tag_locked(FsFairQueue *fq, FsTenant *entry, float8 delta);
 extern void fs_plan_init(FsPlan *plan, int32 want, int aside_capacity, int32 floor_capacity);
 extern void fs_plan_split_starts(FsPlan *plan);
@@ -897,7 +915,6 @@ extern float8 fs_fair_budget_cost(FsFairDesc *desc);
 extern int32 fs_plan_ceiling(const FsGateCapacity *cap, const FsTenantView *v);
 extern bool fs_item_dry(const FsHeapItem *item, const FsTenantView *v, TimestampTz now);
 extern void fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now);
-extern FullTransactionId fs_snapshot_horizon(Snapshot snapshot);
 extern FullTransactionId fs_xid_widen(TransactionId xid, FullTransactionId ref);
 extern void fs_plan_set_snapshot(FsPlan *plan, Snapshot snapshot);
 extern bool fs_plan_sees_listing(const FsPlan *plan, TransactionId listed_xid,

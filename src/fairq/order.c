@@ -696,13 +696,6 @@ fs_fair_set_listed_locked(FsFairQueue *fq, const FsTenant *entry, TransactionId 
 		fs_heap_at(fq, i)->listed_xid = listed_xid;
 }
 
-/* What lists a tenant whose count a commit of `adder` took from none to some. */
-static TransactionId
-fs_listed_by(FullTransactionId adder)
-{
-	return FullTransactionIdIsValid(adder) ? XidFromFullTransactionId(adder) : InvalidTransactionId;
-}
-
 /*
  * Replay: put a tenant whose state the primary logged where its backlog and
  * tag say in its queue's fair order: listed, with its tag as its key, if it
@@ -832,6 +825,7 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 	float8		weight;
 	float8		tag = c->tag;
 	bool		listed;
+	TransactionId listed_xid;
 
 	entry = fs_tenant_open_cached(queue, tenant, create, &ref);
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
@@ -867,9 +861,8 @@ fs_fair_change(FsQueue *queue, const char *tenant, bool create, const FsTenantCh
 
 	fs_fair_shift_tag_locked(fq, entry, tag + (c->cost + c->claimed_cost) / weight);
 	fs_fair_enqueue_locked(fq, entry, false);
-	/* Rows given back (by a claim, or its rollback) may be older: no listing. */
-	if (FullTransactionIdIsValid(c->adder) ? listed : c->rows > 0)
-		fs_fair_set_listed_locked(fq, entry, fs_listed_by(c->adder));
+	if (fs_listing_after(listed, c->adder, c->rows, &listed_xid))
+		fs_fair_set_listed_locked(fq, entry, listed_xid);
 	if (c->dry && fs_fair_mark_dry(entry, c->dry_horizon))
 	{
 		int32		i = fs_heap_find(fq, entry);
@@ -925,7 +918,7 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 		for (;;)
 		{
 			fs_tenant_lock(entry);
-			if (!locked && (entry->ready_rows <= 0 && entry->ready_rows + rows > 0))
+			if (!locked && fs_backlog_lists(entry->ready_rows, rows))
 			{
 				fs_tenant_unlock(entry);
 				LWLockAcquire(fq->lock, LW_EXCLUSIVE);
@@ -945,9 +938,11 @@ fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows, float8 cha
 		}
 		if (locked)
 		{
+			TransactionId listed_xid;
+
 			fs_fair_enqueue_locked(fq, entry, false);
-			if (listed && FullTransactionIdIsValid(adder))
-				fs_fair_set_listed_locked(fq, entry, fs_listed_by(adder));
+			if (fs_listing_after(listed, adder, rows, &listed_xid))
+				fs_fair_set_listed_locked(fq, entry, listed_xid);
 			LWLockRelease(fq->lock);
 		}
 		fs_tenant_close(&ref);

@@ -452,17 +452,6 @@ fs_plan_make(FsFairQueue *fq, FsPlan *plan, float8 est_cost, TimestampTz now)
 }
 
 /*
- * The oldest transaction `snapshot` may not see, as a full transaction id:
- * its xmin, in the epoch that puts it at most 2^31 before the next xid
- * (every transaction before it had ended when the snapshot was taken).
- */
-FullTransactionId
-fs_snapshot_horizon(Snapshot snapshot)
-{
-	return fs_xid_widen(snapshot->xmin, ReadNextFullTransactionId());
-}
-
-/*
  * `xid` as a full transaction id: the latest one with its 32 bits that is
  * not after `ref`, which must not be before it (and is, in practice, less
  * than 2^32 transactions after it).
@@ -527,7 +516,10 @@ fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now,
 	else
 		c.dry = pt->got < pt->admitted && !plan->selective;
 	if (c.dry)
-		c.dry_horizon = fs_snapshot_horizon(GetActiveSnapshot());	/* the claim query's */
+	{
+		Assert(plan->snapshot != NULL);	/* set with the round's plan */
+		c.dry_horizon = plan->snapshot_xmin;
+	}
 	if (c.rows == 0 && c.tag == 0 && c.served == 0 && !c.dry)
 		return;
 	fs_fair_change(queue, pt->name, false, &c);

@@ -399,17 +399,14 @@ fs_leaf_apply_many(FsQueue *queue, const FsLeafChange *changes, int n)
 		if (leaf == NULL)
 			continue;
 		fs_leaf_dequeue(leaf);
-		listed = leaf->ready_rows <= 0 && leaf->ready_rows + rows > 0;
+		listed = fs_backlog_lists(leaf->ready_rows, rows);
 		fs_leaf_add_rows(leaf, rows);
 		if (c->rows > 0)
 			leaf->dry_until = 0;
 		if (FullTransactionIdIsValid(c->adder) &&
 			FullTransactionIdPrecedes(leaf->backlog_fxid, c->adder))
 			leaf->backlog_fxid = c->adder;
-		if (listed && FullTransactionIdIsValid(c->adder))
-			leaf->listed_xid = XidFromFullTransactionId(c->adder);
-		else if (c->rows > 0 && !FullTransactionIdIsValid(c->adder))
-			leaf->listed_xid = InvalidTransactionId;	/* given back: maybe older */
+		(void) fs_listing_after(listed, c->adder, c->rows, &leaf->listed_xid);
 		leaf->virtual_finish = Max(leaf->virtual_finish + c->tag +
 								   c->cost / (leaf->weight_generation != 0 ? leaf->weight : 1.0),
 								   0.0);
