@@ -175,13 +175,13 @@ fs_refunds_settle(bool give_back, SubTransactionId subid)
 
 /*
  * A prepared transaction's refunds: parked in shared memory, given back if
- * ROLLBACK PREPARED ends it, or if the PREPARE fails (core/prepared.c);
- * refused when there are more than a transaction may park.
+ * ROLLBACK PREPARED ends it, or if the PREPARE fails (core/prepared.c,
+ * which refuses the PREPARE when they do not fit).
  */
 static void
 fs_budget_park_refunds(void)
 {
-	FsParkedEffect effects[FS_PREPARED_PARKED_PER_XACT];
+	FsParkedEffect effects[FS_PREPARED_PARKED_PER_XACT + 1];
 	HASH_SEQ_STATUS seq;
 	FsRefund   *refund;
 	int			n = 0;
@@ -191,10 +191,10 @@ fs_budget_park_refunds(void)
 	{
 		if (refund->tokens == 0)
 			continue;
-		if (n == FS_PREPARED_PARKED_PER_XACT)
+		if (n == FS_PREPARED_PARKED_PER_XACT + 1)
 		{
+			/* More than may be parked: fs_prepared_park() says so. */
 			hash_seq_term(&seq);
-			n = FS_PREPARED_PARKED_PER_XACT + 1;
 			break;
 		}
 		memset(&effects[n], 0, sizeof(FsParkedEffect));
@@ -204,21 +204,7 @@ fs_budget_park_refunds(void)
 		effects[n].value = refund->tokens;
 		n++;
 	}
-	if (n == 0)
-		return;
-	if (n > FS_PREPARED_PARKED_PER_XACT)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("cannot prepare a transaction that spent or charged fairshare tokens in more than %d (queue, tenant) pairs",
-						FS_PREPARED_PARKED_PER_XACT),
-				 errhint("Spend and charge tokens of fewer tenants in one prepared transaction.")));
-	if (!fs_prepared_park(effects, n))
-		ereport(ERROR,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("no room to keep the refunds of another prepared transaction"),
-				 errdetail("Prepared transactions keep the tokens they spent for up to %d (queue, tenant) pairs each, for max_prepared_transactions of them.",
-						   FS_PREPARED_PARKED_PER_XACT),
-				 errhint("Commit or roll back prepared transactions, or raise max_prepared_transactions.")));
+	fs_prepared_park(effects, n);
 
 	/*
 	 * Parked: from now on whoever takes them out of shared memory gives them
@@ -325,7 +311,7 @@ fs_budget_init(void)
 {
 	RegisterXactCallback(fs_budget_xact_callback, NULL);
 	RegisterSubXactCallback(fs_budget_subxact_callback, NULL);
-	fs_prepared_on_rollback(FS_PARKED_REFUND, fs_budget_undo_parked);
+	fs_prepared_on_settle(FS_PARKED_REFUND, NULL, fs_budget_undo_parked);
 }
 
 /* ----------------------------------------------------------------

@@ -75,11 +75,15 @@ static FsPreparedShared *fs_prepared = NULL;
 static FsPreparedNote *notes = NULL;
 static FsParkedSlot *parked = NULL;
 static FsPreparedPublish publishers[FS_PREPARED_NKINDS];
-static FsParkedUndo undoers[FS_PARKED_KINDS];
+static FsParkedSettle finishers[FS_PARKED_KINDS];	/* at COMMIT PREPARED */
+static FsParkedSettle undoers[FS_PARKED_KINDS];	/* at ROLLBACK PREPARED */
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /* The note this backend took for the transaction it is preparing. */
 static TransactionId noted_xid = InvalidTransactionId;
+
+/* How many effects it parked for that transaction, of all layers. */
+static int	parked_by_me = 0;
 
 /* Room for every prepared transaction, and the one being prepared. */
 static int
@@ -142,12 +146,18 @@ fs_prepared_on_commit(uint32 kind, FsPreparedPublish publish)
 			publishers[i] = publish;
 }
 
-/* The undo function of a kind of parked effect (at _PG_init). */
+/*
+ * What COMMIT PREPARED (`at_commit`) and ROLLBACK PREPARED (`at_rollback`)
+ * do with an effect of a kind parked; either may be NULL (at _PG_init).
+ */
 void
-fs_prepared_on_rollback(uint32 parked_kind, FsParkedUndo undo)
+fs_prepared_on_settle(uint32 parked_kind, FsParkedSettle at_commit, FsParkedSettle at_rollback)
 {
 	if (parked_kind < FS_PARKED_KINDS)
-		undoers[parked_kind] = undo;
+	{
+		finishers[parked_kind] = at_commit;
+		undoers[parked_kind] = at_rollback;
+	}
 }
 
 /* Run the publish functions of `kinds`. */
@@ -219,20 +229,22 @@ fs_prepared_forget(TransactionId xid, FsParkedEffect *out)
 	return nout;
 }
 
-/* Undo parked effects (no lock held). */
+/* Finish (the transaction committed) or undo parked effects; no lock held. */
 static void
-fs_prepared_undo(const FsParkedEffect *effects, int count)
+fs_prepared_settle_effects(const FsParkedEffect *effects, int count, bool committed)
 {
+	FsParkedSettle *settlers = committed ? finishers : undoers;
 	int			i;
 
 	for (i = 0; i < count; i++)
-		if (effects[i].kind < FS_PARKED_KINDS && undoers[effects[i].kind] != NULL)
-			undoers[effects[i].kind] (&effects[i]);
+		if (effects[i].kind < FS_PARKED_KINDS && settlers[effects[i].kind] != NULL)
+			settlers[effects[i].kind] (&effects[i]);
 }
 
 /*
- * Drop the notes of transactions that are over, undo the parked effects of
- * those that rolled back, and return the kinds of those that committed.
+ * Drop the notes of transactions that are over, finish the parked effects
+ * of those that committed and undo those of the ones that rolled back, and
+ * return the kinds of those that committed.
  * Looked at in batches, with no lock held during the commit-log lookups;
  * a batch in which some were over is looked at again (notes from the end
  * took their places), so every pass removes a note or moves on.
@@ -261,9 +273,9 @@ fs_prepared_settle(void)
 		oldest_clog = ShmemVariableCache->oldestClogXid;
 		for (i = 0; i < n; i++)
 		{
-			FsParkedEffect undo[FS_PREPARED_PARKED_PER_XACT];
+			FsParkedEffect effects[FS_PREPARED_PARKED_PER_XACT];
 			bool		did_commit;
-			int			nundo;
+			int			neffects;
 
 			/* A prepared transaction is in progress until it is finished. */
 			if (TransactionIdIsInProgress(batch[i].xid))
@@ -271,11 +283,10 @@ fs_prepared_settle(void)
 			/* Past the commit log's horizon it is long over: publish it, to be safe. */
 			did_commit = TransactionIdPrecedes(batch[i].xid, oldest_clog) ||
 				TransactionIdDidCommit(batch[i].xid);
-			nundo = fs_prepared_forget(batch[i].xid, undo);
+			neffects = fs_prepared_forget(batch[i].xid, effects);
 			if (did_commit)
 				committed |= batch[i].kinds;
-			else
-				fs_prepared_undo(undo, nundo);
+			fs_prepared_settle_effects(effects, neffects, did_commit);
 			removed++;
 		}
 		if (removed == 0)
@@ -285,34 +296,57 @@ fs_prepared_settle(void)
 }
 
 /*
- * Park `count` effects of the transaction being prepared, to be undone if
- * ROLLBACK PREPARED ends it.  Called at XACT_EVENT_PRE_PREPARE.  False when
- * there is no room (more than FS_PREPARED_PARKED_PER_XACT of them, or the
- * table is full): the caller refuses the PREPARE.
+ * Park `count` effects of the transaction being prepared, to be finished if
+ * COMMIT PREPARED ends it and undone if ROLLBACK PREPARED does.  Called at
+ * XACT_EVENT_PRE_PREPARE, with the caller's own record of them intact: an
+ * error here parks none of them, and refuses the PREPARE (more than a
+ * transaction may park, of all layers together, or no room left).  Once
+ * this returns, whoever takes them out of shared memory settles them, once:
+ * the caller must forget them.
  */
-bool
+void
 fs_prepared_park(const FsParkedEffect *effects, int count)
 {
 	TransactionId xid;
 	bool		room;
 	int			i;
 
-	if (fs_prepared == NULL || count > FS_PREPARED_PARKED_PER_XACT)
-		return false;
+	if (count <= 0)
+		return;
+	if (parked_by_me + count > FS_PREPARED_PARKED_PER_XACT)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("cannot prepare a transaction that changed more than %d fairshare leases and token balances",
+						FS_PREPARED_PARKED_PER_XACT),
+				 errdetail("A prepared transaction keeps what its commit or rollback must do for at most %d leases taken or released and (queue, tenant) pairs it spent or charged tokens of, together.",
+						   FS_PREPARED_PARKED_PER_XACT),
+				 errhint("Take, release and spend for fewer tenants in one prepared transaction, or make those calls outside it.")));
 	xid = GetTopTransactionId();
-	fs_prepared_note(FS_PREPARED_PARKED);
-	if (noted_xid != xid)
-		return false;			/* no note: nothing would ever undo them */
-	SpinLockAcquire(&fs_prepared->mutex);
-	room = fs_prepared->nparked + count <= fs_parked_capacity();
-	for (i = 0; room && i < count; i++)
+	room = fs_prepared != NULL;
+	if (room)
+		fs_prepared_note(FS_PREPARED_PARKED);
+	/* Without a note nothing would ever settle them. */
+	room = room && noted_xid == xid;
+	if (room)
 	{
-		parked[fs_prepared->nparked].xid = xid;
-		parked[fs_prepared->nparked].effect = effects[i];
-		fs_prepared->nparked++;
+		SpinLockAcquire(&fs_prepared->mutex);
+		room = fs_prepared->nparked + count <= fs_parked_capacity();
+		for (i = 0; room && i < count; i++)
+		{
+			parked[fs_prepared->nparked].xid = xid;
+			parked[fs_prepared->nparked].effect = effects[i];
+			fs_prepared->nparked++;
+		}
+		SpinLockRelease(&fs_prepared->mutex);
 	}
-	SpinLockRelease(&fs_prepared->mutex);
-	return room;
+	if (!room)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("no room to keep the changes of another prepared transaction"),
+				 errdetail("fairshare keeps up to %d leases and token balances for each of max_prepared_transactions prepared transactions.",
+						   FS_PREPARED_PARKED_PER_XACT),
+				 errhint("Commit or roll back prepared transactions, or raise max_prepared_transactions.")));
+	parked_by_me += count;
 }
 
 /*
@@ -365,7 +399,7 @@ fs_prepared_note(uint32 kinds)
  * Transaction end in the preparing backend: a PREPARE that failed takes its
  * note back and undoes its parked effects, unless a settle in another
  * backend (which sees the aborted xid as soon as it is out of the process
- * array) took them first: whoever removes them undoes them, once.  One that
+ * array) took them first: whoever removes them settles them, once.  One that
  * succeeded leaves them to COMMIT or ROLLBACK PREPARED.
  */
 static void
@@ -377,10 +411,13 @@ fs_prepared_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	{
 		FsParkedEffect undo[FS_PREPARED_PARKED_PER_XACT];
 
-		fs_prepared_undo(undo, fs_prepared_forget(noted_xid, undo));
+		fs_prepared_settle_effects(undo, fs_prepared_forget(noted_xid, undo), false);
 	}
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+	{
 		noted_xid = InvalidTransactionId;
+		parked_by_me = 0;
+	}
 }
 
 /*

@@ -13,8 +13,10 @@
  * (fs_prepared_note); the ProcessUtility hook here runs the kind's publish
  * function once COMMIT PREPARED has committed the transaction, and forgets
  * it on ROLLBACK PREPARED.  A layer whose changes take effect at once, and
- * are undone if the transaction aborts (tokens spent), parks the undoing at
- * PRE_PREPARE (fs_prepared_park); ROLLBACK PREPARED undoes them.
+ * are undone if the transaction aborts (tokens spent, slots taken), or that
+ * take effect when it commits (slots released), parks them at PRE_PREPARE
+ * (fs_prepared_park): COMMIT PREPARED finishes them, ROLLBACK PREPARED
+ * undoes them.
  *
  * The notes live in shared memory, one per prepared transaction, so they do
  * not survive a restart.  A transaction prepared before the server (or its
@@ -36,32 +38,40 @@
 typedef void (*FsPreparedPublish) (void);
 
 /*
- * An effect a prepared transaction parks, to be undone if ROLLBACK PREPARED
- * ends it (dropped if COMMIT PREPARED does): of the layer that registered
- * `undo` for its kind, on a tenant of a queue, with a value.  At most
- * FS_PREPARED_PARKED_PER_XACT per transaction.  Parked effects live in
- * shared memory: a restart loses them (a rollback after it undoes nothing).
+ * An effect a prepared transaction parks, to be finished if COMMIT PREPARED
+ * ends it and undone if ROLLBACK PREPARED does: of the layer that
+ * registered the kind's functions, on a tenant of a queue or on an object of
+ * the layer's own (a lease), with a value.  At most
+ * FS_PREPARED_PARKED_PER_XACT per transaction, of all layers together.
+ * Parked effects live in shared memory: a restart loses them (a commit or a
+ * rollback after it finishes and undoes nothing).
  */
 typedef struct FsParkedEffect
 {
 	uint32		kind;			/* the layer's own number, 0 .. FS_PARKED_KINDS - 1 */
 	uint32		queue_id;
 	char		tenant[FS_NAME_BUFLEN];
+	int64		object_id;		/* the layer's own id: a lease */
 	float8		value;
 } FsParkedEffect;
 
-#define FS_PARKED_KINDS				2
+#define FS_PARKED_KINDS				3
 #define FS_PARKED_REFUND			0	/* tokens to give back (budget) */
+#define FS_PARKED_LEASE_TAKEN		1	/* a lease acquired: dropped at rollback */
+#define FS_PARKED_LEASE_RELEASED	2	/* a lease released: dropped at commit,
+										 * live again at rollback */
 #define FS_PREPARED_PARKED_PER_XACT	16
 
-typedef void (*FsParkedUndo) (const FsParkedEffect *effect);
+/* What COMMIT or ROLLBACK PREPARED does with one parked effect. */
+typedef void (*FsParkedSettle) (const FsParkedEffect *effect);
 
 extern void fs_prepared_init(void);
 extern void fs_prepared_shmem_request(void);
 extern void fs_prepared_shmem_init(void);
 extern void fs_prepared_on_commit(uint32 kind, FsPreparedPublish publish);
-extern void fs_prepared_on_rollback(uint32 parked_kind, FsParkedUndo undo);
+extern void fs_prepared_on_settle(uint32 parked_kind, FsParkedSettle at_commit,
+								  FsParkedSettle at_rollback);
 extern void fs_prepared_note(uint32 kinds);
-extern bool fs_prepared_park(const FsParkedEffect *effects, int count);
+extern void fs_prepared_park(const FsParkedEffect *effects, int count);
 
 #endif							/* FAIRSHARE_PREPARED_H */

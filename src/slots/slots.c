@@ -64,6 +64,7 @@
 
 #include "core/cluster.h"
 #include "core/decisions.h"
+#include "core/prepared.h"
 #include "gate/gate.h"
 #include "slots/leases_int.h"
 
@@ -608,9 +609,13 @@ fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed
  * ----------------------------------------------------------------
  */
 
-/* Make a lease this transaction was releasing live again. */
+/*
+ * Make a lease a transaction was releasing live again: this backend's
+ * (holder_pid MyProcPid), or a prepared one's (0: whichever backend
+ * released it; nobody else can while it is RELEASING).
+ */
 static void
-fs_lease_unrelease(int64 lease_id)
+fs_lease_unrelease(int64 lease_id, int32 holder_pid)
 {
 	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
 	LWLock	   *lock = fs_lease_lock(hashvalue);
@@ -620,7 +625,7 @@ fs_lease_unrelease(int64 lease_id)
 	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
 										HASH_FIND, NULL);
 	if (lease != NULL && lease->state == FS_LEASE_RELEASING &&
-		lease->holder_pid == MyProcPid)
+		(holder_pid == 0 || lease->holder_pid == holder_pid))
 	{
 		fs_lease_set_state(lease, hashvalue, FS_LEASE_LIVE);
 		if (fs_lease_tenant_ok(lease))
@@ -688,7 +693,7 @@ fs_local_settle(bool commit, SubTransactionId subid)
 
 		if (rec->kind == FS_LOCAL_RELEASING && (all || rec->subid == subid))
 		{
-			fs_lease_unrelease(rec->lease_id);
+			fs_lease_unrelease(rec->lease_id, MyProcPid);
 			if (!rec->handed_over)
 				local_pending_slots--;
 			rec->kind = FS_LOCAL_DEAD;
@@ -736,9 +741,67 @@ fs_local_reset(void)
 }
 
 /*
+ * PREPARE TRANSACTION: park what the prepared transaction's end must do
+ * with the leases it took and released (core/prepared.c), and forget them
+ * here.  COMMIT PREPARED frees the leases it released; ROLLBACK PREPARED
+ * (or a PREPARE that fails after this) frees the ones it took and makes the
+ * ones it released live again, as fs_local_settle() does for a transaction
+ * of this backend.  Until then the leases it took hold their slots, and the
+ * ones it released stay RELEASING: counted, and not to be released or
+ * renewed by anyone else.  The records are complete here: subtransactions
+ * are over, each handed to its parent or settled.
+ */
+static void
+fs_local_park(void)
+{
+	FsParkedEffect effects[FS_PREPARED_PARKED_PER_XACT + 1];
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < local_count; i++)
+	{
+		FsLocalLease *rec = &local_leases[i];
+
+		if (rec->kind == FS_LOCAL_DEAD)
+			continue;
+		if (n == FS_PREPARED_PARKED_PER_XACT + 1)
+			break;				/* more than may be parked: fs_prepared_park() says so */
+		memset(&effects[n], 0, sizeof(FsParkedEffect));
+		effects[n].kind = rec->kind == FS_LOCAL_ACQUIRED ?
+			FS_PARKED_LEASE_TAKEN : FS_PARKED_LEASE_RELEASED;
+		effects[n].object_id = rec->lease_id;
+		n++;
+	}
+	/* An error here leaves the records to this transaction's abort. */
+	fs_prepared_park(effects, n);
+	fs_local_reset();
+}
+
+/* ROLLBACK PREPARED: free a lease the prepared transaction took. */
+static void
+fs_parked_taken_undo(const FsParkedEffect *effect)
+{
+	fs_lease_drop(effect->object_id);
+}
+
+/* COMMIT PREPARED: free a lease the prepared transaction released. */
+static void
+fs_parked_released_finish(const FsParkedEffect *effect)
+{
+	fs_lease_drop(effect->object_id);
+}
+
+/* ROLLBACK PREPARED: a lease the prepared transaction released is live again. */
+static void
+fs_parked_released_undo(const FsParkedEffect *effect)
+{
+	fs_lease_unrelease(effect->object_id, 0);
+}
+
+/*
  * Transaction end: leases released in this transaction are freed at commit
  * and made live again at abort; leases it acquired are freed at abort; a
- * transaction that took or released leases cannot be prepared.
+ * prepared transaction parks both for its COMMIT or ROLLBACK PREPARED.
  */
 static void
 fs_slots_xact_callback(XactEvent event, void *arg pg_attribute_unused())
@@ -750,12 +813,8 @@ fs_slots_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	{
 		case XACT_EVENT_PRE_PREPARE:
 			fs_local_trim();
-			if (local_count == 0)
-				break;
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("cannot prepare a transaction that acquired or released fairshare slots"),
-					 errhint("Acquire and release slots outside the prepared transaction.")));
+			if (local_count > 0)
+				fs_local_park();
 			break;
 		case XACT_EVENT_COMMIT:
 			fs_local_settle(true, InvalidSubTransactionId);
@@ -804,6 +863,9 @@ void
 fs_slots_init(void)
 {
 	RegisterXactCallback(fs_slots_xact_callback, NULL);
+	fs_prepared_on_settle(FS_PARKED_LEASE_TAKEN, NULL, fs_parked_taken_undo);
+	fs_prepared_on_settle(FS_PARKED_LEASE_RELEASED, fs_parked_released_finish,
+						  fs_parked_released_undo);
 	RegisterSubXactCallback(fs_slots_subxact_callback, NULL);
 }
 

@@ -17,10 +17,7 @@ my $q = sub { $coord->safe_psql('postgres', shift) };
 
 $q->("CREATE TABLE jobs (tenant text NOT NULL, id bigserial, PRIMARY KEY (tenant, id))");
 $q->("SELECT create_distributed_table('jobs', 'tenant')");
-for my $n ($coord, @workers)
-{
-	$node_by_group{ $n->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group') } = $n;
-}
+%node_by_group = fs_citus_by_group($coord, @workers);
 
 # Refusals.
 my ($ret, $out, $err) = $workers[0]->psql('postgres', "SELECT fs_citus_setup('jobs')");
@@ -160,25 +157,7 @@ DELETE FROM running WHERE tenant = 'load-:t' AND client = :client_id;
 SELECT fs_release_slot(:lease);
 \endif
 EOF
-my $seconds = $ENV{FS_CITUS_LOAD_SECONDS} // 15;
-my $observer = $coord->background_psql('postgres');
-my @cmd = ('pgbench', '-n', '-M', 'simple', '-c', '8', '-j', '2', '-T', $seconds, '-f', $script,
-	'-h', $coord->host, '-p', $coord->port, 'postgres');
-my ($stdout, $stderr) = ('', '');
-my $bench = IPC::Run::start(\@cmd, '>', \$stdout, '2>', \$stderr);
-my $polls = 0;
-while ($bench->pumpable)
-{
-	$observer->query_safe(
-		"INSERT INTO seen (tenant, holders) SELECT tenant, count(*) FROM running GROUP BY tenant ORDER BY 2 DESC LIMIT 1");
-	$polls++;
-	$bench->pump_nb;
-	select(undef, undef, undef, 0.05);
-}
-$bench->finish;
-$observer->quit;
-like($stdout, qr/number of failed transactions: 0/, 'no pgbench transaction failed') or diag($stderr);
-cmp_ok($polls, '>', 20, "the observer looked $polls times");
+fs_citus_observe_holders($coord, $script, $ENV{FS_CITUS_LOAD_SECONDS} // 15);
 is($q->("SELECT coalesce(max(holders), 0) <= 2 FROM seen"), 't',
 	'no tenant ever had more than 2 holders (max ' . $q->("SELECT coalesce(max(holders), 0) FROM seen") . ')');
 cmp_ok($q->("SELECT count(*) FROM seen WHERE holders = 2"), '>', 0, 'tenants did reach their limit');

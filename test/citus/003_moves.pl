@@ -14,8 +14,7 @@ use FairshareCitus;
 
 my ($coord, @workers) = fs_citus_cluster(2);
 my $q = sub { $coord->safe_psql('postgres', shift) };
-my %by_group;
-$by_group{ $_->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group') } = $_ for @workers;
+my %by_group = fs_citus_by_group(@workers);
 
 $q->("CREATE TABLE jobs (tenant text NOT NULL, id bigserial, PRIMARY KEY (tenant, id))");
 $q->("SELECT create_distributed_table('jobs', 'tenant')");

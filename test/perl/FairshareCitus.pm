@@ -13,7 +13,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use FairshareTest;
 
-our @EXPORT = qw(fs_citus_cluster fs_citus_node_of);
+our @EXPORT = qw(fs_citus_cluster fs_citus_node_of fs_citus_by_group fs_citus_observe_holders);
 
 # fs_citus_cluster($workers, $extra): ($coordinator, @workers), started and
 # joined.  The nodes reach each other over TCP on 127.0.0.1 (Citus's
@@ -64,6 +64,46 @@ sub fs_citus_node_of
 	return $coordinator->safe_psql('postgres', qq{
 		SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
 		 WHERE p.shardid = get_shard_id_for_distribution_column('$table', '$value')});
+}
+
+# fs_citus_by_group(@nodes): a map from each node's Citus group to the node.
+sub fs_citus_by_group
+{
+	my %by_group;
+	$by_group{ $_->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group') } = $_ for @_;
+	return %by_group;
+}
+
+# fs_citus_observe_holders($coordinator, $script, $seconds): run the pgbench
+# $script with 8 clients through the coordinator for $seconds while an
+# observer on the coordinator records, every 50 ms, the tenant with the most
+# rows in the distributed table `running` (a client holding a slot marks it
+# there) into the table `seen (tenant, holders)`.  Checks that no pgbench
+# transaction failed and that the observer looked often enough; returns the
+# number of looks.
+sub fs_citus_observe_holders
+{
+	my ($coordinator, $script, $seconds) = @_;
+	my $observer = $coordinator->background_psql('postgres');
+	my @cmd = ('pgbench', '-n', '-M', 'simple', '-c', '8', '-j', '2', '-T', $seconds, '-f', $script,
+		'-h', $coordinator->host, '-p', $coordinator->port, 'postgres');
+	my ($stdout, $stderr) = ('', '');
+	my $bench = IPC::Run::start(\@cmd, '>', \$stdout, '2>', \$stderr);
+	my $polls = 0;
+	while ($bench->pumpable)
+	{
+		$observer->query_safe("INSERT INTO seen (tenant, holders)"
+			  . " SELECT tenant, count(*) FROM running GROUP BY tenant ORDER BY 2 DESC LIMIT 1");
+		$polls++;
+		$bench->pump_nb;
+		select(undef, undef, undef, 0.05);
+	}
+	$bench->finish;
+	$observer->quit;
+	Test::More::like($stdout, qr/number of failed transactions: 0/, 'no pgbench transaction failed')
+	  or Test::More::diag($stderr);
+	Test::More::cmp_ok($polls, '>', 20, "the observer looked $polls times");
+	return $polls;
 }
 
 1;

@@ -129,11 +129,84 @@ COMMIT;
 SELECT slots_in_use, granted FROM fs_tenants WHERE queue = 's_q' AND tenant = 's_h';
 SELECT fs_release_slot(:lease_f2);
 
--- Prepared transactions cannot carry slot changes.
+-- Prepared transactions (as Citus prepares each node's part of a transaction
+-- that wrote on several): a slot taken holds while prepared, and is kept by
+-- COMMIT PREPARED, returned by ROLLBACK PREPARED.
+SELECT fs_set_limit('s_i', 's_pq', max_slots => 2);
 BEGIN;
-SELECT fs_acquire_slot('s_i', 's_q') IS NOT NULL AS taken;
+SELECT fs_acquire_slot('s_i', 's_pq') AS lease_p1 \gset
 PREPARE TRANSACTION 'fs_slots';
-SELECT slots_in_use FROM fs_tenants WHERE queue = 's_q' AND tenant = 's_i';
+SELECT slots_in_use, (SELECT state FROM fs_leases WHERE lease_id = :lease_p1)
+  FROM fs_tenants WHERE queue = 's_pq' AND tenant = 's_i';
+ROLLBACK PREPARED 'fs_slots';
+SELECT slots_in_use, (SELECT count(*) FROM fs_leases WHERE lease_id = :lease_p1) AS leases
+  FROM fs_tenants WHERE queue = 's_pq' AND tenant = 's_i';
+BEGIN;
+SELECT fs_acquire_slot('s_i', 's_pq') AS lease_p2 \gset
+PREPARE TRANSACTION 'fs_slots';
+COMMIT PREPARED 'fs_slots';
+SELECT slots_in_use, (SELECT state FROM fs_leases WHERE lease_id = :lease_p2)
+  FROM fs_tenants WHERE queue = 's_pq' AND tenant = 's_i';
+-- A slot released in a prepared transaction stays counted (and cannot be
+-- released or renewed again) until it ends: ROLLBACK PREPARED makes the lease
+-- live again, COMMIT PREPARED frees it.
+BEGIN;
+SELECT fs_release_slot(:lease_p2) AS released;
+PREPARE TRANSACTION 'fs_slots';
+SELECT slots_in_use, (SELECT state FROM fs_leases WHERE lease_id = :lease_p2)
+  FROM fs_tenants WHERE queue = 's_pq' AND tenant = 's_i';
+SELECT fs_release_slot(:lease_p2) AS released_twice, fs_renew_slot(:lease_p2) AS renewed;
+ROLLBACK PREPARED 'fs_slots';
+SELECT slots_in_use, (SELECT state FROM fs_leases WHERE lease_id = :lease_p2)
+  FROM fs_tenants WHERE queue = 's_pq' AND tenant = 's_i';
+-- "Finish one, take the next" in one prepared transaction: at the limit, the
+-- new lease takes over the slot being released; both count until the end.
+SELECT fs_acquire_slot('s_i', 's_pq') AS lease_p3 \gset
+BEGIN;
+SELECT fs_release_slot(:lease_p2) AS released;
+SELECT fs_acquire_slot('s_i', 's_pq') AS lease_p4 \gset
+SELECT :lease_p4 > 0 AS taken_over;
+PREPARE TRANSACTION 'fs_slots';
+SELECT slots_in_use FROM fs_tenants WHERE queue = 's_pq' AND tenant = 's_i';
+COMMIT PREPARED 'fs_slots';
+SELECT slots_in_use, string_agg(state, ',' ORDER BY lease_id) AS states,
+       bool_and(lease_id IN (:lease_p3, :lease_p4)) AS kept
+  FROM fs_tenants JOIN fs_leases USING (queue, tenant)
+ WHERE queue = 's_pq' AND tenant = 's_i' GROUP BY slots_in_use;
+-- A PREPARE that fails after its leases were parked (the name is taken)
+-- returns them once, as any abort does.
+SELECT fs_release_slot(:lease_p3) AND fs_release_slot(:lease_p4) AS released;
+CREATE TABLE s_holder (x int);
+BEGIN;
+INSERT INTO s_holder VALUES (1);
+PREPARE TRANSACTION 's_taken';
+BEGIN;
+SELECT fs_acquire_slot('s_i', 's_pq') AS lease_p5 \gset
+PREPARE TRANSACTION 's_taken';
+SELECT slots_in_use, (SELECT count(*) FROM fs_leases WHERE lease_id = :lease_p5) AS leases
+  FROM fs_tenants WHERE queue = 's_pq' AND tenant = 's_i';
+ROLLBACK PREPARED 's_taken';
+DROP TABLE s_holder;
+-- More than 16 leases in one prepared transaction cannot be kept: the
+-- PREPARE fails, and its slots are returned as by any abort.
+SELECT fs_set_limit('s_many', 's_pq', max_slots => 100);
+BEGIN;
+SELECT count(fs_acquire_slot('s_many', 's_pq')) FROM generate_series(1, 17);
+PREPARE TRANSACTION 'fs_slots';
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+SELECT slots_in_use FROM fs_tenants WHERE queue = 's_pq' AND tenant = 's_many';
+-- The 16 are leases and token balances together: 10 slots and 7 tenants'
+-- tokens are refused, and both are given back.
+SELECT fs_set_limit('*', 's_pq', budget_ms_per_minute => 1000);
+BEGIN;
+SELECT count(fs_acquire_slot('s_many', 's_pq')) FROM generate_series(1, 10);
+SELECT sum(fs_spend_tokens('s_tok' || i, 1, 100, 's_pq')) FROM generate_series(1, 7) i;
+PREPARE TRANSACTION 'fs_slots';
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+SELECT sum(slots_in_use) AS slots,
+       count(*) FILTER (WHERE tenant LIKE 's_tok%' AND token_balance < 1000) AS still_spent
+  FROM fs_tenants WHERE queue = 's_pq' AND (tenant = 's_many' OR tenant LIKE 's_tok%');
+DELETE FROM fs_limits WHERE queue = 's_pq';
 
 -- Errors: each says what is wrong and what to do; nothing is taken.
 \set VERBOSITY default
