@@ -18,9 +18,13 @@
  * commits.  The boundary is forgotten once no prepared transaction below it
  * is left.
  *
+ * Parked effects are kept beside the notes until the transaction is over,
+ * then taken out one at a time and settled (finished or undone) by whoever
+ * takes each; the note goes after its effects.
+ *
  * Locking: the table of notes is protected by its spinlock, held only to
- * copy, add or remove entries; commit-log lookups, queries and publishing
- * happen with no lock held.
+ * copy, add or remove entries; commit-log lookups, queries, settling and
+ * publishing happen with no lock held.
  *
  *-------------------------------------------------------------------------
  */
@@ -196,17 +200,48 @@ fs_prepared_boundary(bool raise)
 	return boundary;
 }
 
-/*
- * Remove the note of `xid` and its parked effects; with `out`, copy those
- * effects there first (room for FS_PREPARED_PARKED_PER_XACT) and return
- * how many.
- */
-static int
-fs_prepared_forget(TransactionId xid, FsParkedEffect *out)
+/* Take one parked effect of `xid` out of shared memory into *out; false when none is left. */
+static bool
+fs_prepared_take_effect(TransactionId xid, FsParkedEffect *out)
 {
-	int			nout = 0;
+	bool		found = false;
 	int			i;
 
+	SpinLockAcquire(&fs_prepared->mutex);
+	for (i = 0; i < fs_prepared->nparked; i++)
+		if (parked[i].xid == xid)
+		{
+			*out = parked[i].effect;
+			parked[i] = parked[--fs_prepared->nparked];
+			found = true;
+			break;
+		}
+	SpinLockRelease(&fs_prepared->mutex);
+	return found;
+}
+
+/*
+ * The transaction `xid` is over: finish its parked effects (it committed)
+ * or undo them, then remove its note.  Each effect is taken out of shared
+ * memory before it is settled, so each is settled once, by whichever
+ * backend takes it; an error while settling one leaves the rest, and the
+ * note, to the next settle.  No lock is held while settling.
+ */
+static void
+fs_prepared_end(TransactionId xid, bool committed)
+{
+	FsParkedEffect effect;
+	int			i;
+
+	while (fs_prepared_take_effect(xid, &effect))
+	{
+		FsParkedSettle settle = NULL;
+
+		if (effect.kind < FS_PARKED_KINDS)
+			settle = committed ? finishers[effect.kind] : undoers[effect.kind];
+		if (settle != NULL)
+			settle(&effect);
+	}
 	SpinLockAcquire(&fs_prepared->mutex);
 	for (i = 0; i < fs_prepared->count; i++)
 		if (notes[i].xid == xid)
@@ -214,31 +249,7 @@ fs_prepared_forget(TransactionId xid, FsParkedEffect *out)
 			notes[i] = notes[--fs_prepared->count];
 			break;
 		}
-	for (i = 0; i < fs_prepared->nparked;)
-	{
-		if (parked[i].xid != xid)
-		{
-			i++;
-			continue;
-		}
-		if (out != NULL && nout < FS_PREPARED_PARKED_PER_XACT)
-			out[nout++] = parked[i].effect;
-		parked[i] = parked[--fs_prepared->nparked];
-	}
 	SpinLockRelease(&fs_prepared->mutex);
-	return nout;
-}
-
-/* Finish (the transaction committed) or undo parked effects; no lock held. */
-static void
-fs_prepared_settle_effects(const FsParkedEffect *effects, int count, bool committed)
-{
-	FsParkedSettle *settlers = committed ? finishers : undoers;
-	int			i;
-
-	for (i = 0; i < count; i++)
-		if (effects[i].kind < FS_PARKED_KINDS && settlers[effects[i].kind] != NULL)
-			settlers[effects[i].kind] (&effects[i]);
 }
 
 /*
@@ -273,9 +284,7 @@ fs_prepared_settle(void)
 		oldest_clog = ShmemVariableCache->oldestClogXid;
 		for (i = 0; i < n; i++)
 		{
-			FsParkedEffect effects[FS_PREPARED_PARKED_PER_XACT];
 			bool		did_commit;
-			int			neffects;
 
 			/* A prepared transaction is in progress until it is finished. */
 			if (TransactionIdIsInProgress(batch[i].xid))
@@ -283,10 +292,9 @@ fs_prepared_settle(void)
 			/* Past the commit log's horizon it is long over: publish it, to be safe. */
 			did_commit = TransactionIdPrecedes(batch[i].xid, oldest_clog) ||
 				TransactionIdDidCommit(batch[i].xid);
-			neffects = fs_prepared_forget(batch[i].xid, effects);
+			fs_prepared_end(batch[i].xid, did_commit);
 			if (did_commit)
 				committed |= batch[i].kinds;
-			fs_prepared_settle_effects(effects, neffects, did_commit);
 			removed++;
 		}
 		if (removed == 0)
@@ -408,11 +416,7 @@ fs_prepared_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	if (!TransactionIdIsValid(noted_xid))
 		return;
 	if (event == XACT_EVENT_ABORT && fs_prepared != NULL)
-	{
-		FsParkedEffect undo[FS_PREPARED_PARKED_PER_XACT];
-
-		fs_prepared_settle_effects(undo, fs_prepared_forget(noted_xid, undo), false);
-	}
+		fs_prepared_end(noted_xid, false);
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
 	{
 		noted_xid = InvalidTransactionId;

@@ -11,8 +11,8 @@
  * after a restart, where no transaction callback of the preparing backend
  * runs.  Such a layer notes its kind of change at XACT_EVENT_PRE_PREPARE
  * (fs_prepared_note); the ProcessUtility hook here runs the kind's publish
- * function once COMMIT PREPARED has committed the transaction, and forgets
- * it on ROLLBACK PREPARED.  A layer whose changes take effect at once, and
+ * function once COMMIT PREPARED has committed the transaction, and
+ * publishes nothing for it after ROLLBACK PREPARED.  A layer whose changes take effect at once, and
  * are undone if the transaction aborts (tokens spent, slots taken), or that
  * take effect when it commits (slots released), parks them at PRE_PREPARE
  * (fs_prepared_park): COMMIT PREPARED finishes them, ROLLBACK PREPARED
@@ -32,7 +32,8 @@
 
 /* Kinds of change, a bit each. */
 #define FS_PREPARED_LIMITS		0x01	/* fs_limits (and the cluster's settings) */
-#define FS_PREPARED_PARKED		0x02	/* effects parked below, undone at rollback */
+#define FS_PREPARED_PARKED		0x02	/* effects parked below (settled, not
+										 * published) */
 #define FS_PREPARED_NKINDS		2
 
 typedef void (*FsPreparedPublish) (void);

@@ -307,6 +307,7 @@ fs_lease_fill(FsLease *lease, uint32 hashvalue, FsTenant *tenant, uint32 generat
 	lease->owner = owner;
 	lease->state = (uint8) state;
 	lease->wal = 0;
+	lease->doomed = false;
 	if (fs_lease_state_expires(state))
 		fs_lease_heap_add(hashvalue, lease);
 	fs_scan_list_add(&fs_lease_scan, hashvalue % FS_LEASE_PARTITIONS, &lease->scan_link);
@@ -329,6 +330,22 @@ fs_lease_set_state(FsLease *lease, uint32 hashvalue, FsLeaseState state)
 	lease->state = (uint8) state;
 	if (state == FS_LEASE_RELEASING)
 		lease->holder_pid = MyProcPid;
+	fs_lease_changed(lease, hashvalue, false);
+}
+
+/*
+ * Doom a RELEASING lease whose acquire was rolled back while another
+ * transaction was releasing it: that transaction's commit drops it as it
+ * would anyway, and its rollback drops it instead of making it live again.
+ * Until then it holds its slot, as every RELEASING lease does, so a
+ * take-over of that slot in the releasing transaction stays within the
+ * ceiling.
+ */
+void
+fs_lease_doom(FsLease *lease, uint32 hashvalue)
+{
+	Assert(lease->state == FS_LEASE_RELEASING);
+	lease->doomed = true;
 	fs_lease_changed(lease, hashvalue, false);
 }
 

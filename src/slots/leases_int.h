@@ -55,6 +55,7 @@ extern void fs_lease_fill(FsLease *lease, uint32 hashvalue, FsTenant *tenant,
 						  uint32 generation, FsLeaseState state, Oid owner,
 						  int32 holder_pid, TimestampTz acquired_at, TimestampTz expires_at);
 extern void fs_lease_set_state(FsLease *lease, uint32 hashvalue, FsLeaseState state);
+extern void fs_lease_doom(FsLease *lease, uint32 hashvalue);
 extern void fs_lease_extend(FsLease *lease, uint32 hashvalue, TimestampTz expires_at,
 							Oid owner);
 extern void fs_lease_remove(FsLease *lease, uint32 hashvalue);

@@ -37,6 +37,14 @@
  *	  no spare slot.  Both leases hold a counted slot until the transaction
  *	  ends: every live or releasing lease owns exactly one, which also pins
  *	  its tenant entry.
+ *	- A lease whose acquiring transaction rolls back while another one
+ *	  releases it (its role may) is doomed, not dropped: the releasing
+ *	  transaction may have taken over its slot, so the lease keeps it until
+ *	  that transaction ends, and then goes whether it commits or not.
+ *	- A prepared transaction (PREPARE TRANSACTION) parks what its end must
+ *	  do in shared memory (core/prepared.c): COMMIT PREPARED frees the leases
+ *	  it released, ROLLBACK PREPARED frees the ones it took and makes the
+ *	  ones it released live again, in whichever backend runs them.
  *
  * Backend-local records of what this transaction did to leases drive the
  * commit and abort work; the shared lease table is the truth.
@@ -609,10 +617,25 @@ fs_slot_renew_as(int64 lease_id, int64 lease_usecs, TimestampTz now, Oid allowed
  * ----------------------------------------------------------------
  */
 
+/* Remove a lease under its lock, held on entry and released here, and free its slot. */
+static void
+fs_lease_drop_locked(FsLease *lease, uint32 hashvalue, LWLock *lock)
+{
+	FsTenant   *tenant = lease->tenant;
+	uint32		generation = lease->tenant_generation;
+	bool		count_ok;
+
+	fs_lease_remove(lease, hashvalue);
+	LWLockRelease(lock);
+	count_ok = fs_lease_pin_release(tenant, generation, false, false);
+	fs_lease_count_was_wrong(!count_ok, true);
+}
+
 /*
  * Make a lease a transaction was releasing live again: this backend's
  * (holder_pid MyProcPid), or a prepared one's (0: whichever backend
- * released it; nobody else can while it is RELEASING).
+ * released it; nobody else can while it is RELEASING).  A doomed lease is
+ * dropped instead: the transaction that took it rolled back.
  */
 static void
 fs_lease_unrelease(int64 lease_id, int32 holder_pid)
@@ -627,6 +650,11 @@ fs_lease_unrelease(int64 lease_id, int32 holder_pid)
 	if (lease != NULL && lease->state == FS_LEASE_RELEASING &&
 		(holder_pid == 0 || lease->holder_pid == holder_pid))
 	{
+		if (lease->doomed)
+		{
+			fs_lease_drop_locked(lease, hashvalue, lock);
+			return;
+		}
 		fs_lease_set_state(lease, hashvalue, FS_LEASE_LIVE);
 		if (fs_lease_tenant_ok(lease))
 			fs_lease_note_expiry(lease->tenant, lease->expires_at);
@@ -640,16 +668,19 @@ fs_lease_unrelease(int64 lease_id, int32 holder_pid)
 	LWLockRelease(lock);
 }
 
-/* Remove a lease this transaction acquired or released, and free its slot. */
+/*
+ * Remove a lease a transaction released (at its commit), or one it
+ * acquired (at its rollback), and free its slot.  A lease acquired by a
+ * transaction that rolls back may meanwhile be RELEASING in another one
+ * (its role released it there): that release is left to end it
+ * (fs_lease_doom()), since the releasing transaction may count on its slot.
+ */
 static void
-fs_lease_drop(int64 lease_id)
+fs_lease_drop(int64 lease_id, bool acquired)
 {
 	uint32		hashvalue = get_hash_value(fs_lease_hash, &lease_id);
 	LWLock	   *lock = fs_lease_lock(hashvalue);
 	FsLease    *lease;
-	FsTenant   *tenant;
-	uint32		generation;
-	bool		count_ok;
 
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	lease = hash_search_with_hash_value(fs_lease_hash, &lease_id, hashvalue,
@@ -660,12 +691,13 @@ fs_lease_drop(int64 lease_id)
 		LWLockRelease(lock);
 		return;
 	}
-	tenant = lease->tenant;
-	generation = lease->tenant_generation;
-	fs_lease_remove(lease, hashvalue);
-	LWLockRelease(lock);
-	count_ok = fs_lease_pin_release(tenant, generation, false, false);
-	fs_lease_count_was_wrong(!count_ok, true);
+	if (acquired && lease->state == FS_LEASE_RELEASING && lease->holder_pid != MyProcPid)
+	{
+		fs_lease_doom(lease, hashvalue);
+		LWLockRelease(lock);
+		return;
+	}
+	fs_lease_drop_locked(lease, hashvalue, lock);
 }
 
 /*
@@ -682,7 +714,7 @@ fs_local_settle(bool commit, SubTransactionId subid)
 	{
 		for (i = 0; i < local_count; i++)
 			if (local_leases[i].kind == FS_LOCAL_RELEASING)
-				fs_lease_drop(local_leases[i].lease_id);
+				fs_lease_drop(local_leases[i].lease_id, false);
 		return;
 	}
 
@@ -705,7 +737,7 @@ fs_local_settle(bool commit, SubTransactionId subid)
 
 		if (rec->kind == FS_LOCAL_ACQUIRED && (all || rec->subid == subid))
 		{
-			fs_lease_drop(rec->lease_id);
+			fs_lease_drop(rec->lease_id, true);
 			if (rec->took_over > 0)
 			{
 				FsLocalLease *from = &local_leases[rec->took_over - 1];
@@ -781,14 +813,14 @@ fs_local_park(void)
 static void
 fs_parked_taken_undo(const FsParkedEffect *effect)
 {
-	fs_lease_drop(effect->object_id);
+	fs_lease_drop(effect->object_id, true);
 }
 
 /* COMMIT PREPARED: free a lease the prepared transaction released. */
 static void
 fs_parked_released_finish(const FsParkedEffect *effect)
 {
-	fs_lease_drop(effect->object_id);
+	fs_lease_drop(effect->object_id, false);
 }
 
 /* ROLLBACK PREPARED: a lease the prepared transaction released is live again. */

@@ -45,6 +45,9 @@ typedef struct FsLease
 								 * first renew makes the renewer the owner) */
 	uint8		state;			/* FsLeaseState */
 	uint8		wal;			/* FS_LEASE_WAL_* (leases.c) */
+	bool		doomed;			/* RELEASING, and the transaction that took it
+								 * rolled back meanwhile: whichever way the
+								 * release ends, the lease goes */
 	uint32		tenant_generation;	/* tenant->generation when it was taken */
 	pairingheap_node expiry_node;	/* LIVE and ORPHAN leases: in their
 									 * partition's heap by expires_at */

@@ -1,12 +1,14 @@
-# Leases against tenant entries that are evicted and reused, and the sweep a
-# denied acquire runs.
+# Leases whose acquire is rolled back while another transaction releases
+# them, and the sweep a denied acquire runs.
 #
 # 1. A transaction releases a lease (it is releasing until commit) that
-#    another transaction acquired and then rolls back: the slot goes, the
-#    tenant's entry is idle, and a full tenant table evicts it and gives it
-#    to another tenant.  The releasing transaction's later acquires must not
-#    take that tenant's slots for the released lease's (a slot handed over
-#    only within one tenant), and its commit or rollback frees nothing twice.
+#    another transaction acquired and then rolls back: the lease is doomed,
+#    not dropped, so it keeps its slot (and its tenant's entry) until the
+#    releasing transaction ends, and then goes whichever way that ends.
+#    Meanwhile the releasing transaction may take the slot over for the same
+#    tenant, and nobody else gets it; its acquires for other tenants at
+#    their ceiling are denied; its commit or rollback frees nothing twice,
+#    and a full tenant table evicts nothing that a lease still holds.
 # 2. A denied acquire whose tenant holds an expired lease frees expired
 #    leases and looks again, but a bounded number per call: not the whole
 #    table, which the background sweeper (turned off here) is for.
@@ -26,7 +28,7 @@ fairshare.sweep_interval = '1h'
 my $q = sub { $node->safe_psql('postgres', shift) };
 
 # ------------------------------------------------------------------
-# 1. A releasing lease whose tenant entry is reused
+# 1. A releasing lease whose acquire is rolled back
 # ------------------------------------------------------------------
 $q->("SELECT fs_set_limit('*', 'rq', max_slots => 1)");
 
@@ -35,6 +37,11 @@ for my $end ('COMMIT', 'ROLLBACK')
 	my $acquirer = $node->background_psql('postgres');
 	my $releaser = $node->background_psql('postgres');
 	my $victim = "victim_" . lc($end);
+	my $victim_state = sub {
+		$q->("SELECT t.slots_in_use || '/' || coalesce(string_agg(l.state, ',' ORDER BY l.lease_id), '')"
+			  . " FROM fs_tenants t LEFT JOIN fs_leases l USING (queue, tenant)"
+			  . " WHERE t.queue = 'rq' AND t.tenant = '$victim' GROUP BY t.slots_in_use");
+	};
 
 	$acquirer->query_safe('BEGIN');
 	my $lease = $acquirer->query_safe("SELECT fs_acquire_slot('$victim', 'rq', '1 hour')");
@@ -42,40 +49,42 @@ for my $end ('COMMIT', 'ROLLBACK')
 	is($releaser->query_safe("SELECT fs_release_slot($lease)"), 't',
 		"$end: another transaction releases the lease, at its commit");
 	$acquirer->query_safe('ROLLBACK');
-	is($q->("SELECT slots_in_use FROM fs_tenants WHERE queue = 'rq' AND tenant = '$victim'"), '0',
-		"$end: the acquirer's rollback gave the slot back");
+	is($victim_state->(), '1/releasing',
+		"$end: after the acquirer's rollback the lease keeps its slot while it is being released");
+	is($q->("SELECT fs_acquire_slot('$victim', 'rq') IS NULL"), 't',
+		"$end: nobody else gets the slot meanwhile");
 
-	# Fill the tenant table with tenants that hold their one slot, until
-	# the idle victim is evicted (after any idle entries older than it) and
-	# its entry reused.
-	my $filled = 0;
+	# Fill the tenant table with tenants that hold their one slot: the
+	# victim's entry, held by the lease, is never evicted.
 	for my $i (1 .. 64)
 	{
 		$q->("SELECT fs_acquire_slot('${end}_$i', 'rq', '1 hour')");
-		$filled = $i;
-		last
-		  if $q->("SELECT count(*) FROM fs_tenants WHERE queue = 'rq' AND tenant = '$victim'") eq '0';
 	}
-	is($q->("SELECT count(*) FROM fs_tenants WHERE queue = 'rq' AND tenant = '$victim'"), '0',
-		"$end: the victim's entry was evicted ($filled tenants made)");
+	is($q->("SELECT count(*) FROM fs_tenants WHERE queue = 'rq' AND tenant = '$victim'"), '1',
+		"$end: the victim's entry is kept while its lease is");
 
-	# Every tenant with an entry holds its one slot: the releasing
-	# transaction may take none of them, whichever reuses the victim's entry.
+	# Every other tenant with an entry holds its one slot: the releasing
+	# transaction may take none of them.
 	my $grants = 0;
 	for my $tenant (split /\n/,
-		$q->("SELECT tenant FROM fs_tenants WHERE queue = 'rq' AND slots_in_use = 1"))
+		$q->("SELECT tenant FROM fs_tenants WHERE queue = 'rq' AND slots_in_use = 1 AND tenant <> '$victim'"))
 	{
 		$grants++
 		  if $releaser->query_safe("SELECT fs_acquire_slot('$tenant', 'rq') IS NOT NULL") eq 't';
 	}
-	is($grants, 0, "$end: no tenant at its ceiling is granted a released lease's slot");
+	is($grants, 0, "$end: no other tenant at its ceiling is granted a released lease's slot");
+	is($releaser->query_safe("SELECT fs_acquire_slot('$victim', 'rq') IS NOT NULL"), 't',
+		"$end: the releasing transaction takes the slot over for the same tenant");
 	$releaser->query_safe($end);
-	is($q->("SELECT count(*) FROM fs_tenants WHERE queue = 'rq' AND slots_in_use <> 1"), '0',
-		"$end: after the releasing transaction ends every tenant still holds its one slot");
+	is($victim_state->(), $end eq 'COMMIT' ? '1/live' : '0/',
+		"$end: then the doomed lease is gone, and the slot taken over "
+		  . ($end eq 'COMMIT' ? 'holds' : 'too'));
+	is($q->("SELECT count(*) FROM fs_tenants WHERE queue = 'rq' AND slots_in_use > 1"), '0',
+		"$end: no tenant is above its limit");
 	is($q->("SELECT count(*) FROM fs_tenants t JOIN fs_leases l USING (queue, tenant)
 			 WHERE t.queue = 'rq'"),
-		$q->("SELECT count(*) FROM fs_tenants WHERE queue = 'rq'"),
-		"$end: and exactly one lease each");
+		$q->("SELECT coalesce(sum(slots_in_use), 0) FROM fs_tenants WHERE queue = 'rq'"),
+		"$end: and exactly one lease per slot counted");
 
 	$acquirer->quit;
 	$releaser->quit;
