@@ -91,6 +91,15 @@ $owner_a->safe_psql('postgres', "COMMIT PREPARED 'fs_give'");
 is($slots_a->(), '0/0', 'COMMIT PREPARED in another session frees it');
 is($prepared->(), '0,0', 'no prepared transaction is left');
 
+# A PREPARE refused after the slots were parked (here by Citus, whose check
+# comes after fairshare's: a fresh session loads the settings from a
+# reference table) returns them as any rollback does.
+($ret, $out, $err) = $owner_a->psql('postgres',
+	"BEGIN; SELECT fs_acquire_slot('$ta', 'q', '1 hour') > 0; PREPARE TRANSACTION 'fs_refused'");
+like($err, qr/cannot use 2PC in transactions involving multiple servers/, 'Citus refuses the PREPARE');
+is($slots_a->(), '0/0', 'and the slot parked before it is returned');
+is($prepared->(), '0,0', 'nothing was prepared');
+
 # 8 clients through the coordinator on 20 tenants (limit 2 each).  Each
 # takes a slot in a transaction that also writes another tenant's job (on
 # either node), marks it held, and gives it back in a transaction that
