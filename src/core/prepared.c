@@ -36,6 +36,7 @@
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "storage/ipc.h"
 #include "storage/procarray.h"
@@ -51,6 +52,8 @@ typedef struct FsPreparedNote
 {
 	TransactionId xid;
 	uint32		kinds;
+	int32		finisher_pid;	/* the backend running its COMMIT PREPARED,
+								 * which alone finishes its effects; 0: any */
 } FsPreparedNote;
 
 /* An effect parked by a prepared transaction. */
@@ -81,13 +84,24 @@ static FsParkedSlot *parked = NULL;
 static FsPreparedPublish publishers[FS_PREPARED_NKINDS];
 static FsParkedSettle finishers[FS_PARKED_KINDS];	/* at COMMIT PREPARED */
 static FsParkedSettle undoers[FS_PARKED_KINDS];	/* at ROLLBACK PREPARED */
+static FsParkedBeforeCommit befores[FS_PARKED_KINDS];	/* before COMMIT PREPARED */
+static FsParkedAfterCommit afters[FS_PARKED_KINDS];
 static ProcessUtility_hook_type prev_process_utility = NULL;
+
+static void fs_prepared_finish_abandon(void);
 
 /* The note this backend took for the transaction it is preparing. */
 static TransactionId noted_xid = InvalidTransactionId;
 
 /* How many effects it parked for that transaction, of all layers. */
 static int	parked_by_me = 0;
+
+/*
+ * The prepared transaction whose COMMIT PREPARED this backend runs, when it
+ * framed the finishing of some kinds of its effects (their bits).
+ */
+static TransactionId finishing_xid = InvalidTransactionId;
+static uint32 finishing_kinds = 0;
 
 /* Room for every prepared transaction, and the one being prepared. */
 static int
@@ -161,6 +175,21 @@ fs_prepared_on_settle(uint32 parked_kind, FsParkedSettle at_commit, FsParkedSett
 	{
 		finishers[parked_kind] = at_commit;
 		undoers[parked_kind] = at_rollback;
+	}
+}
+
+/*
+ * The functions that frame the finishing of a kind of parked effect by the
+ * COMMIT PREPARED that commits its transaction (at _PG_init).
+ */
+void
+fs_prepared_on_commit_prepared(uint32 parked_kind, FsParkedBeforeCommit before,
+							   FsParkedAfterCommit after)
+{
+	if (parked_kind < FS_PARKED_KINDS)
+	{
+		befores[parked_kind] = before;
+		afters[parked_kind] = after;
 	}
 }
 
@@ -289,6 +318,10 @@ fs_prepared_settle(void)
 			/* A prepared transaction is in progress until it is finished. */
 			if (TransactionIdIsInProgress(batch[i].xid))
 				continue;
+			/* Its COMMIT PREPARED finishes it, unless that backend is gone. */
+			if (batch[i].finisher_pid != 0 && batch[i].finisher_pid != MyProcPid &&
+				BackendPidGetProc(batch[i].finisher_pid) != NULL)
+				continue;
 			/* Past the commit log's horizon it is long over: publish it, to be safe. */
 			did_commit = TransactionIdPrecedes(batch[i].xid, oldest_clog) ||
 				TransactionIdDidCommit(batch[i].xid);
@@ -324,11 +357,11 @@ fs_prepared_park(const FsParkedEffect *effects, int count)
 	if (parked_by_me + count > FS_PREPARED_PARKED_PER_XACT)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("cannot prepare a transaction that changed more than %d fairshare leases and token balances",
+				 errmsg("cannot prepare a transaction that made more than %d fairshare changes",
 						FS_PREPARED_PARKED_PER_XACT),
-				 errdetail("A prepared transaction keeps what its commit or rollback must do for at most %d leases taken or released and (queue, tenant) pairs it spent or charged tokens of, together.",
+				 errdetail("A prepared transaction keeps what its commit or rollback must do for at most %d changes together: a lease taken, a lease released, a (queue, tenant)'s tokens spent or charged, a (queue, tenant, sub-key)'s jobs enqueued.",
 						   FS_PREPARED_PARKED_PER_XACT),
-				 errhint("Take, release and spend for fewer tenants in one prepared transaction, or make those calls outside it.")));
+				 errhint("Make those calls, and enqueue jobs, for fewer tenants in one prepared transaction.")));
 	xid = GetTopTransactionId();
 	room = fs_prepared != NULL;
 	if (room)
@@ -351,7 +384,7 @@ fs_prepared_park(const FsParkedEffect *effects, int count)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("no room to keep the changes of another prepared transaction"),
-				 errdetail("fairshare keeps up to %d leases and token balances for each of max_prepared_transactions prepared transactions.",
+				 errdetail("fairshare keeps up to %d changes for each of max_prepared_transactions prepared transactions.",
 						   FS_PREPARED_PARKED_PER_XACT),
 				 errhint("Commit or roll back prepared transactions, or raise max_prepared_transactions.")));
 	parked_by_me += count;
@@ -392,6 +425,7 @@ fs_prepared_note(uint32 kinds)
 		{
 			notes[fs_prepared->count].xid = xid;
 			notes[fs_prepared->count].kinds = kinds;
+			notes[fs_prepared->count].finisher_pid = 0;
 			fs_prepared->count++;
 			added = true;
 		}
@@ -413,6 +447,8 @@ fs_prepared_note(uint32 kinds)
 static void
 fs_prepared_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
+	if (TransactionIdIsValid(finishing_xid) && event == XACT_EVENT_ABORT)
+		fs_prepared_finish_abandon();
 	if (!TransactionIdIsValid(noted_xid))
 		return;
 	if (event == XACT_EVENT_ABORT && fs_prepared != NULL)
@@ -422,6 +458,129 @@ fs_prepared_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 		noted_xid = InvalidTransactionId;
 		parked_by_me = 0;
 	}
+}
+
+/* The xid of the prepared transaction `gid`, or InvalidTransactionId. */
+static TransactionId
+fs_prepared_xid_of(const char *gid)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	TransactionId xid = InvalidTransactionId;
+
+	values[0] = CStringGetTextDatum(gid);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_with_args("SELECT transaction FROM pg_catalog.pg_prepared_xacts"
+							  " WHERE gid OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read pg_prepared_xacts");
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			xid = DatumGetTransactionId(d);
+	}
+	SPI_finish();
+	return xid;
+}
+
+/*
+ * Before COMMIT PREPARED `gid`: if its transaction parked effects of a kind
+ * whose finishing is framed (fs_prepared_on_commit_prepared()), mark its
+ * note as finished by this backend and run the kinds' `before` functions.
+ * An error here leaves the transaction prepared (the abort clears the mark).
+ */
+static void
+fs_prepared_finish_begin(const char *gid)
+{
+	FsParkedEffect *effects;
+	FsParkedEffect *of_kind;
+	TransactionId xid;
+	bool		framed = false;
+	bool		noted = false;
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < FS_PARKED_KINDS; i++)
+		framed |= befores[i] != NULL;
+	SpinLockAcquire(&fs_prepared->mutex);
+	framed &= fs_prepared->nparked > 0;
+	SpinLockRelease(&fs_prepared->mutex);
+	if (!framed)
+		return;
+	xid = fs_prepared_xid_of(gid);
+	if (!TransactionIdIsValid(xid))
+		return;
+
+	effects = palloc(sizeof(FsParkedEffect) * FS_PREPARED_PARKED_PER_XACT);
+	of_kind = palloc(sizeof(FsParkedEffect) * FS_PREPARED_PARKED_PER_XACT);
+	SpinLockAcquire(&fs_prepared->mutex);
+	for (i = 0; i < fs_prepared->count; i++)
+		if (notes[i].xid == xid)
+		{
+			notes[i].finisher_pid = MyProcPid;
+			noted = true;
+			break;
+		}
+	for (i = 0; noted && i < fs_prepared->nparked && n < FS_PREPARED_PARKED_PER_XACT; i++)
+		if (parked[i].xid == xid)
+			effects[n++] = parked[i].effect;
+	SpinLockRelease(&fs_prepared->mutex);
+	if (!noted)
+		return;
+	finishing_xid = xid;
+
+	for (uint32 kind = 0; kind < FS_PARKED_KINDS; kind++)
+	{
+		int			m = 0;
+
+		if (befores[kind] == NULL)
+			continue;
+		for (i = 0; i < n; i++)
+			if (effects[i].kind == kind)
+				of_kind[m++] = effects[i];
+		if (m == 0)
+			continue;
+		finishing_kinds |= 1U << kind;
+		befores[kind] (of_kind, m);
+	}
+	pfree(effects);
+	pfree(of_kind);
+}
+
+/* After COMMIT PREPARED finished the effects: the kinds' `after` functions. */
+static void
+fs_prepared_finish_end(void)
+{
+	uint32		kinds = finishing_kinds;
+
+	finishing_xid = InvalidTransactionId;
+	finishing_kinds = 0;
+	for (uint32 kind = 0; kind < FS_PARKED_KINDS; kind++)
+		if ((kinds & (1U << kind)) && afters[kind] != NULL)
+			afters[kind] ();
+}
+
+/*
+ * The COMMIT PREPARED this backend framed failed: its note is anyone's to
+ * settle again (each layer undoes its own `before` at the abort).
+ */
+static void
+fs_prepared_finish_abandon(void)
+{
+	if (fs_prepared != NULL)
+	{
+		SpinLockAcquire(&fs_prepared->mutex);
+		for (int i = 0; i < fs_prepared->count; i++)
+			if (notes[i].xid == finishing_xid && notes[i].finisher_pid == MyProcPid)
+				notes[i].finisher_pid = 0;
+		SpinLockRelease(&fs_prepared->mutex);
+	}
+	finishing_xid = InvalidTransactionId;
+	finishing_kinds = 0;
 }
 
 /*
@@ -501,6 +660,9 @@ fs_prepared_process_utility(PlannedStmt *pstmt, const char *queryString, bool re
 			older = fs_prepared_is_older(stmt->gid, boundary, &last_older);
 	}
 
+	if (stmt != NULL && fs_prepared != NULL && stmt->kind == TRANS_STMT_COMMIT_PREPARED)
+		fs_prepared_finish_begin(stmt->gid);
+
 	if (prev_process_utility)
 		prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
 	else
@@ -509,6 +671,8 @@ fs_prepared_process_utility(PlannedStmt *pstmt, const char *queryString, bool re
 	if (stmt == NULL || fs_prepared == NULL)
 		return;
 	kinds = fs_prepared_settle();
+	if (TransactionIdIsValid(finishing_xid))
+		fs_prepared_finish_end();
 	if (stmt->kind == TRANS_STMT_COMMIT_PREPARED && older)
 		kinds = (1U << FS_PREPARED_NKINDS) - 1;
 	if (last_older)

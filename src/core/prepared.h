@@ -52,19 +52,34 @@ typedef struct FsParkedEffect
 	uint32		kind;			/* the layer's own number, 0 .. FS_PARKED_KINDS - 1 */
 	uint32		queue_id;
 	char		tenant[FS_NAME_BUFLEN];
-	int64		object_id;		/* the layer's own id: a lease */
+	char		subkey[FS_NAME_BUFLEN];	/* the layer's own second name, or "" */
+	int64		object_id;		/* the layer's own id: a lease, a transaction */
 	float8		value;
+	uint32		flags;			/* the layer's own */
 } FsParkedEffect;
 
-#define FS_PARKED_KINDS				3
+#define FS_PARKED_KINDS				4
 #define FS_PARKED_REFUND			0	/* tokens to give back (budget) */
 #define FS_PARKED_LEASE_TAKEN		1	/* a lease acquired: dropped at rollback */
 #define FS_PARKED_LEASE_RELEASED	2	/* a lease released: dropped at commit,
 										 * live again at rollback */
-#define FS_PREPARED_PARKED_PER_XACT	16
+#define FS_PARKED_BACKLOG			3	/* rows made ready: counted at commit
+										 * (fair dequeue) */
+#define FS_PREPARED_PARKED_PER_XACT	64
 
 /* What COMMIT or ROLLBACK PREPARED does with one parked effect. */
 typedef void (*FsParkedSettle) (const FsParkedEffect *effect);
+
+/*
+ * A kind whose finishing must be framed by the COMMIT PREPARED that commits
+ * the transaction: `before` gets its parked effects (not taken out) before
+ * the transaction commits, in the backend running COMMIT PREPARED, which
+ * then alone finishes them (other backends' settles leave them while it
+ * lives); `after` runs once they are finished, or when that statement
+ * fails.  `before` may fail (the transaction then stays prepared).
+ */
+typedef void (*FsParkedBeforeCommit) (const FsParkedEffect *effects, int count);
+typedef void (*FsParkedAfterCommit) (void);
 
 extern void fs_prepared_init(void);
 extern void fs_prepared_shmem_request(void);
@@ -72,6 +87,8 @@ extern void fs_prepared_shmem_init(void);
 extern void fs_prepared_on_commit(uint32 kind, FsPreparedPublish publish);
 extern void fs_prepared_on_settle(uint32 parked_kind, FsParkedSettle at_commit,
 								  FsParkedSettle at_rollback);
+extern void fs_prepared_on_commit_prepared(uint32 parked_kind, FsParkedBeforeCommit before,
+										   FsParkedAfterCommit after);
 extern void fs_prepared_note(uint32 kinds);
 extern void fs_prepared_park(const FsParkedEffect *effects, int count);
 

@@ -13,7 +13,10 @@
 #include "postgres.h"
 
 
+#include "access/xact.h"
+
 #include "budget/budget.h"
+#include "core/prepared.h"
 #include "fairq/fairqueue_int.h"
 #include "fairq/track_int.h"
 #include "slots/slots.h"
@@ -387,15 +390,42 @@ fs_apply_own_claims(TimestampTz now)
 
 /* A committed delta's change of its leaf (subkeys.c). */
 static void
-fs_commit_leaf_delta(const FsDelta *delta)
+fs_commit_leaf_delta(FsQueue *queue, const char *tenant, const char *subkey, int64 rows,
+					 FullTransactionId adder)
 {
 	FsTenantChange c;
 
 	fs_change_init(&c, 0);
-	c.rows = c.rows_recounted = delta->rows;
-	c.resync_gen = fs_fair_queue(delta->queue)->resync_gen;
-	c.adder = fs_delta_adder(delta);
-	fs_leaf_apply(delta->queue, delta->key.tenant, delta->key.subkey, &c);
+	c.rows = c.rows_recounted = rows;
+	c.resync_gen = fs_fair_queue(queue)->resync_gen;
+	c.adder = adder;
+	fs_leaf_apply(queue, tenant, subkey, &c);
+}
+
+/*
+ * Apply a committed change of the rows of `tenant` (and its leaf `subkey`;
+ * "" for none): `rows` more (fewer) ready rows, `added` if a row entered
+ * the ready state, by the transaction `adder`; the tenant's own change too
+ * unless `own_claims` (fs_apply_own_claims() makes it, in fair order).
+ * A queue with a subkey: the leaf's rows too (subkeys.c).  Rows added reach
+ * the leaf before the tenant, rows taken the tenant before the leaf, so
+ * that a claim never sees the tenant with more rows than its leaves count
+ * (it would take them as rows no leaf counts).  Nothing here may fail.
+ */
+static void
+fs_commit_rows(FsQueue *queue, const char *tenant, const char *subkey, int64 rows, bool added,
+			   FullTransactionId adder, bool own_claims)
+{
+	bool		leaf = tenant[0] != '\0' && subkey[0] != '\0' && (rows != 0 || added);
+
+	if (leaf && rows > 0)
+		fs_commit_leaf_delta(queue, tenant, subkey, rows, adder);
+	if (tenant[0] == '\0')
+		fs_fair_add_without_tenant(queue, rows, 0);
+	else if (!own_claims && (rows != 0 || added))
+		fs_fair_apply_backlog(queue, tenant, rows, 0, 0, 0, adder);
+	if (leaf && rows <= 0)
+		fs_commit_leaf_delta(queue, tenant, subkey, rows, adder);
 }
 
 /* After commit: publish everything.  Nothing here may fail. */
@@ -415,27 +445,8 @@ fs_commit(void)
 	{
 		hash_seq_init(&seq, fs_xact.deltas);
 		while ((delta = hash_seq_search(&seq)) != NULL)
-		{
-			/*
-			 * A queue with a subkey: the leaf's rows too (subkeys.c).  Rows
-			 * added reach the leaf before the tenant, rows taken the tenant
-			 * before the leaf, so that a claim never sees the tenant with
-			 * more rows than its leaves count (it would take them as rows
-			 * no leaf counts).
-			 */
-			bool		leaf = delta->key.tenant[0] != '\0' && delta->key.subkey[0] != '\0' &&
-				(delta->rows != 0 || delta->added);
-
-			if (leaf && delta->rows > 0)
-				fs_commit_leaf_delta(delta);
-			if (delta->key.tenant[0] == '\0')
-				fs_fair_add_without_tenant(delta->queue, delta->rows, 0);
-			else if (delta->leaves == 0 && (delta->rows != 0 || delta->added))
-				fs_fair_apply_backlog(delta->queue, delta->key.tenant, delta->rows, 0, 0, 0,
-									  fs_delta_adder(delta));
-			if (leaf && delta->rows <= 0)
-				fs_commit_leaf_delta(delta);
-		}
+			fs_commit_rows(delta->queue, delta->key.tenant, delta->key.subkey, delta->rows,
+						   delta->added, fs_delta_adder(delta), delta->leaves != 0);
 		fs_apply_own_claims(fs_commit_now(&now));
 	}
 
@@ -529,6 +540,140 @@ fs_commit(void)
 		}
 }
 
+/* ----------------------------------------------------------------
+ * Prepared transactions
+ * ----------------------------------------------------------------
+ */
+
+/* FsParkedEffect.flags of a parked backlog change */
+#define FS_PARKED_ROWS_ADDED		0x01	/* a row entered the ready state */
+#define FS_PARKED_ROWS_REORDERED	0x02	/* a ready row moved in the order */
+
+/*
+ * PREPARE TRANSACTION: a transaction that only made rows ready (or updated
+ * ready rows in place) parks its backlog changes, one per (tenant,
+ * sub-key), to be applied when COMMIT PREPARED commits it, as fs_commit()
+ * applies them (framed as fs_pre_commit() and the end of the transaction
+ * frame them: fs_fair_prepared_before() and _after()); ROLLBACK PREPARED
+ * has nothing to undo.  A transaction that claimed rows, finished or took
+ * ready rows itself, or changed registrations is refused: what those do at
+ * commit and rollback is this backend's alone.
+ */
+static void
+fs_fair_park_deltas(void)
+{
+	FsParkedEffect effects[FS_PREPARED_PARKED_PER_XACT + 1];
+	FullTransactionId fxid = GetTopFullTransactionIdIfAny();
+	bool		refused;
+	int			n = 0;
+
+	refused = fs_xact.nclaims > 0 || hash_get_num_entries(fs_xact.claimed) > 0 ||
+		fs_xact.releases != NIL || fs_xact.events != NIL;
+	if (!refused && hash_get_num_entries(fs_xact.deltas) > 0)
+	{
+		HASH_SEQ_STATUS seq;
+		FsDelta    *delta;
+
+		hash_seq_init(&seq, fs_xact.deltas);
+		while ((delta = hash_seq_search(&seq)) != NULL)
+		{
+			if (delta->leaves != 0 || delta->charge != 0)
+				refused = true;
+			if (refused || n == FS_PREPARED_PARKED_PER_XACT + 1)
+			{
+				/* More than may be parked: fs_prepared_park() says so. */
+				hash_seq_term(&seq);
+				break;
+			}
+			if (delta->rows == 0 && !delta->added && !delta->reordered)
+				continue;
+			memset(&effects[n], 0, sizeof(FsParkedEffect));
+			effects[n].kind = FS_PARKED_BACKLOG;
+			effects[n].queue_id = delta->key.queue_id;
+			strlcpy(effects[n].tenant, delta->key.tenant, FS_NAME_BUFLEN);
+			strlcpy(effects[n].subkey, delta->key.subkey, FS_NAME_BUFLEN);
+			effects[n].value = (float8) delta->rows;
+			if (delta->added)
+			{
+				effects[n].flags |= FS_PARKED_ROWS_ADDED;
+				effects[n].object_id = (int64) U64FromFullTransactionId(fxid);
+			}
+			if (delta->reordered)
+				effects[n].flags |= FS_PARKED_ROWS_REORDERED;
+			n++;
+		}
+	}
+	if (refused)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot prepare a transaction that claimed or took rows of fair-dequeue queues, finished their jobs, or changed their registrations"),
+				 errhint("A prepared transaction may enqueue jobs; claim, take and finish them outside prepared transactions.")));
+	fs_prepared_park(effects, n);
+}
+
+/*
+ * Before COMMIT PREPARED commits a transaction that parked backlog changes
+ * (in the backend that runs it): what fs_pre_commit() does before a commit.
+ * Every tenant that gets rows has an entry, the probe starts its rows may
+ * sort below are marked committing, and the queues' commit barriers are
+ * entered; the transaction's end (fs_fair_prepared_after(), or the abort
+ * of a COMMIT PREPARED that fails) leaves them.
+ */
+static void
+fs_fair_prepared_before(const FsParkedEffect *effects, int count)
+{
+	FsQueue   **queues;
+	int			nqueues = 0;
+
+	fs_xact_begin();
+	queues = palloc(sizeof(FsQueue *) * Max(count, 1));
+	for (int i = 0; i < count; i++)
+	{
+		const FsParkedEffect *e = &effects[i];
+		FsQueue    *queue = fs_queue_by_id(e->queue_id);
+
+		if (queue == NULL)
+			continue;
+		if (e->value > 0 && e->tenant[0] != '\0')
+		{
+			FsTenantRef ref;
+
+			if (fs_tenant_open(queue, e->tenant, FS_OPEN_CREATE, &ref) != NULL)
+				fs_tenant_close(&ref);
+		}
+		if ((e->flags & (FS_PARKED_ROWS_ADDED | FS_PARKED_ROWS_REORDERED)) && e->tenant[0] != '\0')
+			fs_probe_starts_committing(queue, e->tenant);
+		if (e->value != 0 || (e->flags & FS_PARKED_ROWS_ADDED))
+			nqueues = fs_queue_set_add(queues, nqueues, queue);
+	}
+	fs_barriers_enter_in_order(queues, nqueues);
+	pfree(queues);
+}
+
+/* COMMIT PREPARED: apply one parked backlog change, as fs_commit() does.  Nothing here may fail. */
+static void
+fs_fair_prepared_apply(const FsParkedEffect *effect)
+{
+	FsQueue    *queue = fs_queue_by_id(effect->queue_id);
+
+	if (queue == NULL)
+		return;
+	fs_commit_rows(queue, effect->tenant, effect->subkey, (int64) effect->value,
+				   (effect->flags & FS_PARKED_ROWS_ADDED) != 0,
+				   (effect->flags & FS_PARKED_ROWS_ADDED) ?
+				   FullTransactionIdFromU64((uint64) effect->object_id) : InvalidFullTransactionId,
+				   false);
+}
+
+/* After COMMIT PREPARED applied the changes: the end of fs_fair_prepared_before()'s frame. */
+static void
+fs_fair_prepared_after(void)
+{
+	fs_probe_starts_xact_end();
+	fs_barriers_leave_all();
+	fs_xact_reset();
+}
+
 /*
  * Transaction end: at pre-commit, enter the commit barriers and compute what
  * to apply; at commit, apply it and leave them; at abort, undo what this
@@ -561,12 +706,7 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			fs_xact_reset();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
-			if (fs_xact.nclaims > 0 || hash_get_num_entries(fs_xact.deltas) > 0 ||
-				fs_xact.releases != NIL || fs_xact.events != NIL)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot prepare a transaction that changed rows or registrations of fair-dequeue queues"),
-						 errhint("Enqueue, claim and finish jobs outside prepared transactions.")));
+			fs_fair_park_deltas();
 			fs_xact_reset();
 			break;
 		default:
@@ -615,4 +755,7 @@ fs_track_init(void)
 {
 	RegisterXactCallback(fs_track_xact_callback, NULL);
 	RegisterSubXactCallback(fs_track_subxact_callback, NULL);
+	fs_prepared_on_settle(FS_PARKED_BACKLOG, fs_fair_prepared_apply, NULL);
+	fs_prepared_on_commit_prepared(FS_PARKED_BACKLOG, fs_fair_prepared_before,
+								   fs_fair_prepared_after);
 }

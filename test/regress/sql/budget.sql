@@ -112,16 +112,6 @@ SELECT token_balance FROM fs_tenants WHERE queue = 'b_q' AND tenant = 'b_r';  --
 ROLLBACK PREPARED 'b_taken';
 SELECT token_balance FROM fs_tenants WHERE queue = 'b_q' AND tenant = 'b_r';  -- 800
 DROP TABLE b_holder;
--- Refunds of more than 16 tenants cannot be parked: the PREPARE fails, and
--- its spends are given back as by any abort.
-SELECT fs_set_limit('*', 'b_pq', budget_ms_per_minute => 1000);
-BEGIN;
-SELECT count(fs_spend_tokens('b_many' || i, 1, 100, 'b_pq')) FROM generate_series(1, 17) i;
-PREPARE TRANSACTION 'fs_budget';
-SELECT count(*) AS prepared FROM pg_prepared_xacts;
-SELECT count(*) AS tenants, count(*) FILTER (WHERE token_balance < 1000) AS still_spent
-  FROM fs_tenants WHERE queue = 'b_pq' AND tenant LIKE 'b_many%';
-DELETE FROM fs_limits WHERE queue = 'b_pq';
 
 -- The decision log: tokens before, runs possible, granted, consumed, after.
 SELECT decided_at - '2030-01-01 12:30:00+00' AS at, kind, requested_runs, runs_possible,
@@ -131,6 +121,17 @@ SELECT decided_at - '2030-01-01 12:30:00+00' AS at, kind, requested_runs, runs_p
 -- Counters by reason.
 SELECT tenant, granted, denied_no_budget, denied_backpressure
   FROM fs_tenants WHERE queue = 'b_q' ORDER BY tenant;
+
+-- Refunds of more than 64 tenants cannot be parked: the PREPARE fails, and
+-- its spends are given back as by any abort.
+SELECT fs_set_limit('*', 'b_pq', budget_ms_per_minute => 1000);
+BEGIN;
+SELECT count(fs_spend_tokens('b_many' || i, 1, 100, 'b_pq')) FROM generate_series(1, 65) i;
+PREPARE TRANSACTION 'fs_budget';
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+SELECT count(*) AS tenants, count(*) FILTER (WHERE token_balance < 1000) AS still_spent
+  FROM fs_tenants WHERE queue = 'b_pq' AND tenant LIKE 'b_many%';
+DELETE FROM fs_limits WHERE queue = 'b_pq';
 
 -- Errors: each says what is wrong and what to do.
 \set VERBOSITY default

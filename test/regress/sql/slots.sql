@@ -187,20 +187,20 @@ SELECT slots_in_use, (SELECT count(*) FROM fs_leases WHERE lease_id = :lease_p5)
   FROM fs_tenants WHERE queue = 's_pq' AND tenant = 's_i';
 ROLLBACK PREPARED 's_taken';
 DROP TABLE s_holder;
--- More than 16 leases in one prepared transaction cannot be kept: the
+-- More than 64 leases in one prepared transaction cannot be kept: the
 -- PREPARE fails, and its slots are returned as by any abort.
 SELECT fs_set_limit('s_many', 's_pq', max_slots => 100);
 BEGIN;
-SELECT count(fs_acquire_slot('s_many', 's_pq')) FROM generate_series(1, 17);
+SELECT count(fs_acquire_slot('s_many', 's_pq')) FROM generate_series(1, 65);
 PREPARE TRANSACTION 'fs_slots';
 SELECT count(*) AS prepared FROM pg_prepared_xacts;
 SELECT slots_in_use FROM fs_tenants WHERE queue = 's_pq' AND tenant = 's_many';
--- The 16 are leases and token balances together: 10 slots and 7 tenants'
+-- The 64 are leases and token balances together: 40 slots and 25 tenants'
 -- tokens are refused, and both are given back.
 SELECT fs_set_limit('*', 's_pq', budget_ms_per_minute => 1000);
 BEGIN;
-SELECT count(fs_acquire_slot('s_many', 's_pq')) FROM generate_series(1, 10);
-SELECT sum(fs_spend_tokens('s_tok' || i, 1, 100, 's_pq')) FROM generate_series(1, 7) i;
+SELECT count(fs_acquire_slot('s_many', 's_pq')) FROM generate_series(1, 40);
+SELECT sum(fs_spend_tokens('s_tok' || i, 1, 100, 's_pq')) FROM generate_series(1, 25) i;
 PREPARE TRANSACTION 'fs_slots';
 SELECT count(*) AS prepared FROM pg_prepared_xacts;
 SELECT sum(slots_in_use) AS slots,
