@@ -282,6 +282,27 @@ fs_prepared_end(TransactionId xid, bool committed)
 }
 
 /*
+ * Whether a transaction that is over is this backend's to settle: its note
+ * is not marked by another backend's COMMIT PREPARED (one that is gone
+ * does not count).
+ */
+static bool
+fs_prepared_settle_mine(TransactionId xid)
+{
+	int32		finisher = 0;
+
+	SpinLockAcquire(&fs_prepared->mutex);
+	for (int i = 0; i < fs_prepared->count; i++)
+		if (notes[i].xid == xid)
+		{
+			finisher = notes[i].finisher_pid;
+			break;
+		}
+	SpinLockRelease(&fs_prepared->mutex);
+	return finisher == 0 || finisher == MyProcPid || BackendPidGetProc(finisher) == NULL;
+}
+
+/*
  * Drop the notes of transactions that are over, finish the parked effects
  * of those that committed and undo those of the ones that rolled back, and
  * return the kinds of those that committed.
@@ -318,9 +339,12 @@ fs_prepared_settle(void)
 			/* A prepared transaction is in progress until it is finished. */
 			if (TransactionIdIsInProgress(batch[i].xid))
 				continue;
-			/* Its COMMIT PREPARED finishes it, unless that backend is gone. */
-			if (batch[i].finisher_pid != 0 && batch[i].finisher_pid != MyProcPid &&
-				BackendPidGetProc(batch[i].finisher_pid) != NULL)
+			/*
+			 * Its COMMIT PREPARED finishes it, unless that backend is gone:
+			 * the mark is read again now, since it is set before the
+			 * transaction commits.
+			 */
+			if (!fs_prepared_settle_mine(batch[i].xid))
 				continue;
 			/* Past the commit log's horizon it is long over: publish it, to be safe. */
 			did_commit = TransactionIdPrecedes(batch[i].xid, oldest_clog) ||
@@ -447,7 +471,8 @@ fs_prepared_note(uint32 kinds)
 static void
 fs_prepared_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
-	if (TransactionIdIsValid(finishing_xid) && event == XACT_EVENT_ABORT)
+	if (TransactionIdIsValid(finishing_xid) &&
+		(event == XACT_EVENT_ABORT || event == XACT_EVENT_COMMIT))
 		fs_prepared_finish_abandon();
 	if (!TransactionIdIsValid(noted_xid))
 		return;
@@ -460,7 +485,11 @@ fs_prepared_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	}
 }
 
-/* The xid of the prepared transaction `gid`, or InvalidTransactionId. */
+/*
+ * The xid of the prepared transaction `gid` if this session may finish it
+ * (it was prepared in this database, by this role or the caller is a
+ * superuser), or InvalidTransactionId.
+ */
 static TransactionId
 fs_prepared_xid_of(const char *gid)
 {
@@ -472,7 +501,11 @@ fs_prepared_xid_of(const char *gid)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute_with_args("SELECT transaction FROM pg_catalog.pg_prepared_xacts"
-							  " WHERE gid OPERATOR(pg_catalog.=) $1",
+							  " WHERE gid OPERATOR(pg_catalog.=) $1"
+							  "   AND database OPERATOR(pg_catalog.=) pg_catalog.current_database()"
+							  "   AND (owner OPERATOR(pg_catalog.=) CURRENT_USER OR"
+							  "        (SELECT rolsuper FROM pg_catalog.pg_roles"
+							  "          WHERE rolname OPERATOR(pg_catalog.=) CURRENT_USER))",
 							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_prepared_xacts");
 	if (SPI_processed == 1)
@@ -488,10 +521,15 @@ fs_prepared_xid_of(const char *gid)
 }
 
 /*
- * Before COMMIT PREPARED `gid`: if its transaction parked effects of a kind
- * whose finishing is framed (fs_prepared_on_commit_prepared()), mark its
- * note as finished by this backend and run the kinds' `before` functions.
- * An error here leaves the transaction prepared (the abort clears the mark).
+ * Before COMMIT PREPARED `gid` run at top level: if its transaction parked
+ * effects of a kind whose finishing is framed
+ * (fs_prepared_on_commit_prepared()), mark its note as finished by this
+ * backend and run the kinds' `before` functions.  Only when the statement
+ * can succeed as far as this backend can tell (at top level, outside a
+ * transaction block, a transaction of this database the caller may
+ * finish); one that another live backend is finishing is refused as busy,
+ * as PostgreSQL would refuse it.  An error here leaves the transaction
+ * prepared (the abort clears the mark).
  */
 static void
 fs_prepared_finish_begin(const char *gid)
@@ -501,6 +539,7 @@ fs_prepared_finish_begin(const char *gid)
 	TransactionId xid;
 	bool		framed = false;
 	bool		noted = false;
+	int32		busy = 0;
 	int			n = 0;
 	int			i;
 
@@ -518,17 +557,35 @@ fs_prepared_finish_begin(const char *gid)
 	effects = palloc(sizeof(FsParkedEffect) * FS_PREPARED_PARKED_PER_XACT);
 	of_kind = palloc(sizeof(FsParkedEffect) * FS_PREPARED_PARKED_PER_XACT);
 	SpinLockAcquire(&fs_prepared->mutex);
-	for (i = 0; i < fs_prepared->count; i++)
+	for (i = 0; i < fs_prepared->nparked && n < FS_PREPARED_PARKED_PER_XACT; i++)
+		if (parked[i].xid == xid && befores[parked[i].effect.kind % FS_PARKED_KINDS] != NULL)
+			effects[n++] = parked[i].effect;
+	for (i = 0; n > 0 && i < fs_prepared->count; i++)
 		if (notes[i].xid == xid)
 		{
-			notes[i].finisher_pid = MyProcPid;
 			noted = true;
+			if (notes[i].finisher_pid == 0 || notes[i].finisher_pid == MyProcPid)
+				notes[i].finisher_pid = MyProcPid;
+			else
+				busy = notes[i].finisher_pid;
 			break;
 		}
-	for (i = 0; noted && i < fs_prepared->nparked && n < FS_PREPARED_PARKED_PER_XACT; i++)
-		if (parked[i].xid == xid)
-			effects[n++] = parked[i].effect;
 	SpinLockRelease(&fs_prepared->mutex);
+	if (busy != 0 && BackendPidGetProc(busy) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("prepared transaction with identifier \"%s\" is busy", gid),
+				 errdetail("Another session (process %d) is committing it.", busy),
+				 errhint("Wait for that session, then look at pg_prepared_xacts again.")));
+	if (busy != 0)
+	{
+		/* Its finisher is gone: take the mark over. */
+		SpinLockAcquire(&fs_prepared->mutex);
+		for (i = 0; i < fs_prepared->count; i++)
+			if (notes[i].xid == xid && notes[i].finisher_pid == busy)
+				notes[i].finisher_pid = MyProcPid;
+		SpinLockRelease(&fs_prepared->mutex);
+	}
 	if (!noted)
 		return;
 	finishing_xid = xid;
@@ -551,12 +608,18 @@ fs_prepared_finish_begin(const char *gid)
 	pfree(of_kind);
 }
 
-/* After COMMIT PREPARED finished the effects: the kinds' `after` functions. */
+/*
+ * After COMMIT PREPARED returned: finish the framed transaction's effects
+ * first, inside the frame (it committed), then run the kinds' `after`
+ * functions.
+ */
 static void
 fs_prepared_finish_end(void)
 {
 	uint32		kinds = finishing_kinds;
 
+	if (!TransactionIdIsInProgress(finishing_xid) && TransactionIdDidCommit(finishing_xid))
+		fs_prepared_end(finishing_xid, true);
 	finishing_xid = InvalidTransactionId;
 	finishing_kinds = 0;
 	for (uint32 kind = 0; kind < FS_PARKED_KINDS; kind++)
@@ -565,8 +628,9 @@ fs_prepared_finish_end(void)
 }
 
 /*
- * The COMMIT PREPARED this backend framed failed: its note is anyone's to
- * settle again (each layer undoes its own `before` at the abort).
+ * The statement that framed a COMMIT PREPARED ended without finishing it
+ * (it failed): its note is anyone's to settle again (each layer undoes its
+ * own `before` at the abort).
  */
 static void
 fs_prepared_finish_abandon(void)
@@ -660,7 +724,8 @@ fs_prepared_process_utility(PlannedStmt *pstmt, const char *queryString, bool re
 			older = fs_prepared_is_older(stmt->gid, boundary, &last_older);
 	}
 
-	if (stmt != NULL && fs_prepared != NULL && stmt->kind == TRANS_STMT_COMMIT_PREPARED)
+	if (stmt != NULL && fs_prepared != NULL && stmt->kind == TRANS_STMT_COMMIT_PREPARED &&
+		context == PROCESS_UTILITY_TOPLEVEL && !IsTransactionBlock())
 		fs_prepared_finish_begin(stmt->gid);
 
 	if (prev_process_utility)
@@ -670,9 +735,9 @@ fs_prepared_process_utility(PlannedStmt *pstmt, const char *queryString, bool re
 
 	if (stmt == NULL || fs_prepared == NULL)
 		return;
-	kinds = fs_prepared_settle();
 	if (TransactionIdIsValid(finishing_xid))
 		fs_prepared_finish_end();
+	kinds = fs_prepared_settle();
 	if (stmt->kind == TRANS_STMT_COMMIT_PREPARED && older)
 		kinds = (1U << FS_PREPARED_NKINDS) - 1;
 	if (last_older)

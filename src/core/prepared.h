@@ -34,7 +34,11 @@
 #define FS_PREPARED_LIMITS		0x01	/* fs_limits (and the cluster's settings) */
 #define FS_PREPARED_PARKED		0x02	/* effects parked below (settled, not
 										 * published) */
-#define FS_PREPARED_NKINDS		2
+#define FS_PREPARED_COUNTS		0x04	/* never noted: published for a
+										 * transaction that may have parked
+										 * effects no note kept (see
+										 * prepared.c), whose changes are lost */
+#define FS_PREPARED_NKINDS		3
 
 typedef void (*FsPreparedPublish) (void);
 
@@ -75,8 +79,9 @@ typedef void (*FsParkedSettle) (const FsParkedEffect *effect);
  * the transaction: `before` gets its parked effects (not taken out) before
  * the transaction commits, in the backend running COMMIT PREPARED, which
  * then alone finishes them (other backends' settles leave them while it
- * lives); `after` runs once they are finished, or when that statement
- * fails.  `before` may fail (the transaction then stays prepared).
+ * lives); `after` runs once they are finished.  `before` may fail (the
+ * transaction then stays prepared); when the statement fails, each layer's
+ * own abort callback undoes what `before` did.
  */
 typedef void (*FsParkedBeforeCommit) (const FsParkedEffect *effects, int count);
 typedef void (*FsParkedAfterCommit) (void);

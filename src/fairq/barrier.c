@@ -121,6 +121,16 @@ fs_commit_barrier_leave(FsQueue *queue)
 	pg_atomic_fetch_sub_u32(&fs_fair_queue(queue)->commit_barrier, 1);
 }
 
+/* Whether this backend is inside `queue`'s commit barrier. */
+bool
+fs_barrier_entered(FsQueue *queue)
+{
+	for (int i = 0; i < nbarriers_entered; i++)
+		if (barriers_entered[i] == queue)
+			return true;
+	return false;
+}
+
 /* Leave every commit barrier this transaction entered (its end, or the backend's exit). */
 void
 fs_barriers_leave_all(void)

@@ -578,14 +578,15 @@ fs_fair_park_deltas(void)
 		while ((delta = hash_seq_search(&seq)) != NULL)
 		{
 			if (delta->leaves != 0 || delta->charge != 0)
-				refused = true;
-			if (refused || n == FS_PREPARED_PARKED_PER_XACT + 1)
 			{
-				/* More than may be parked: fs_prepared_park() says so. */
+				refused = true;
 				hash_seq_term(&seq);
 				break;
 			}
 			if (delta->rows == 0 && !delta->added && !delta->reordered)
+				continue;
+			/* More than may be parked: fs_prepared_park() says so. */
+			if (n == FS_PREPARED_PARKED_PER_XACT + 1)
 				continue;
 			memset(&effects[n], 0, sizeof(FsParkedEffect));
 			effects[n].kind = FS_PARKED_BACKLOG;
@@ -650,7 +651,15 @@ fs_fair_prepared_before(const FsParkedEffect *effects, int count)
 	pfree(queues);
 }
 
-/* COMMIT PREPARED: apply one parked backlog change, as fs_commit() does.  Nothing here may fail. */
+/*
+ * COMMIT PREPARED: apply one parked backlog change, as fs_commit() does,
+ * inside the commit barrier its COMMIT PREPARED entered.  Without it (that
+ * statement failed after the commit, or its backend is gone, and another
+ * backend settles the transaction) the change cannot be applied exactly: a
+ * recount may have counted the rows already, or count them before it is
+ * applied.  The queue is then recounted at its next use instead.  Nothing
+ * here may fail.
+ */
 static void
 fs_fair_prepared_apply(const FsParkedEffect *effect)
 {
@@ -658,6 +667,11 @@ fs_fair_prepared_apply(const FsParkedEffect *effect)
 
 	if (queue == NULL)
 		return;
+	if (!fs_barrier_entered(queue))
+	{
+		fs_fair_count_again(queue);
+		return;
+	}
 	fs_commit_rows(queue, effect->tenant, effect->subkey, (int64) effect->value,
 				   (effect->flags & FS_PARKED_ROWS_ADDED) != 0,
 				   (effect->flags & FS_PARKED_ROWS_ADDED) ?
@@ -707,6 +721,9 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 			fs_fair_park_deltas();
+			/* Nothing is entered before a PREPARE: this only makes sure. */
+			fs_probe_starts_xact_end();
+			fs_barriers_leave_all();
 			fs_xact_reset();
 			break;
 		default:
@@ -758,4 +775,6 @@ fs_track_init(void)
 	fs_prepared_on_settle(FS_PARKED_BACKLOG, fs_fair_prepared_apply, NULL);
 	fs_prepared_on_commit_prepared(FS_PARKED_BACKLOG, fs_fair_prepared_before,
 								   fs_fair_prepared_after);
+	/* A transaction prepared with no note kept: its enqueues are recounted. */
+	fs_prepared_on_commit(FS_PREPARED_COUNTS, fs_fair_count_again_all);
 }

@@ -494,12 +494,15 @@ extern void fs_fair_apply_backlog(FsQueue *queue, const char *tenant, int64 rows
 extern void fs_fair_note_runtime(FsQueue *queue, float8 held_ms);
 extern void fs_fair_forget(FsQueue *queue);
 extern void fs_fair_add_without_tenant(FsQueue *queue, int64 rows, int64 untracked);
+extern void fs_fair_count_again(FsQueue *queue);
+extern void fs_fair_count_again_all(void);
 extern int64 fs_fair_resync(FsFairDesc *desc, bool if_unsynced, int *tenants);
 /* barrier.c */
 extern bool fs_fair_owner_gone(int pid);
 extern void fs_commit_barrier_enter(FsQueue *queue);
 extern void fs_commit_barrier_leave(FsQueue *queue);
 extern void fs_barriers_enter_in_order(FsQueue **queues, int n);
+extern bool fs_barrier_entered(FsQueue *queue);
 extern void fs_barriers_leave_all(void);
 extern bool fs_commit_barrier_close(FsFairQueue *fq);
 extern void fs_commit_barrier_open(FsFairQueue *fq);

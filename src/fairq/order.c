@@ -265,6 +265,32 @@ fs_fair_queue(FsQueue *queue)
 	return fq;
 }
 
+/*
+ * Have `queue` recounted from its table at its next use, keeping its fair
+ * order meanwhile: for a change of its rows that cannot be applied exactly
+ * (a prepared transaction's, finished without the frame of its COMMIT
+ * PREPARED).
+ */
+void
+fs_fair_count_again(FsQueue *queue)
+{
+	FsFairQueue *fq = fs_fair_queue(queue);
+
+	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	fq->synced = false;
+	LWLockRelease(fq->lock);
+}
+
+/* fs_fair_count_again() for every queue there is. */
+void
+fs_fair_count_again_all(void)
+{
+	FsQueue    *queue;
+
+	for (uint32 id = 0; (queue = fs_queue_by_id(id)) != NULL; id++)
+		fs_fair_count_again(queue);
+}
+
 /* ----------------------------------------------------------------
  * The heap (caller holds fq->lock exclusively)
  *
