@@ -251,15 +251,17 @@ fs_prepared_take_effect(TransactionId xid, FsParkedEffect *out)
 
 /*
  * The transaction `xid` is over: finish its parked effects (it committed)
- * or undo them, then remove its note.  Each effect is taken out of shared
+ * or undo them, then remove its note; returns the note's kinds (0 if
+ * another backend removed it first).  Each effect is taken out of shared
  * memory before it is settled, so each is settled once, by whichever
  * backend takes it; an error while settling one leaves the rest, and the
  * note, to the next settle.  No lock is held while settling.
  */
-static void
+static uint32
 fs_prepared_end(TransactionId xid, bool committed)
 {
 	FsParkedEffect effect;
+	uint32		kinds = 0;
 	int			i;
 
 	while (fs_prepared_take_effect(xid, &effect))
@@ -275,10 +277,12 @@ fs_prepared_end(TransactionId xid, bool committed)
 	for (i = 0; i < fs_prepared->count; i++)
 		if (notes[i].xid == xid)
 		{
+			kinds = notes[i].kinds;
 			notes[i] = notes[--fs_prepared->count];
 			break;
 		}
 	SpinLockRelease(&fs_prepared->mutex);
+	return kinds;
 }
 
 /*
@@ -339,18 +343,17 @@ fs_prepared_settle(void)
 			/* A prepared transaction is in progress until it is finished. */
 			if (TransactionIdIsInProgress(batch[i].xid))
 				continue;
-			/*
-			 * Its COMMIT PREPARED finishes it, unless that backend is gone:
-			 * the mark is read again now, since it is set before the
-			 * transaction commits.
-			 */
-			if (!fs_prepared_settle_mine(batch[i].xid))
-				continue;
 			/* Past the commit log's horizon it is long over: publish it, to be safe. */
 			did_commit = TransactionIdPrecedes(batch[i].xid, oldest_clog) ||
 				TransactionIdDidCommit(batch[i].xid);
-			fs_prepared_end(batch[i].xid, did_commit);
-			if (did_commit)
+			/*
+			 * A committed one's COMMIT PREPARED finishes it, unless that
+			 * backend is gone: the mark is read again now, since it is set
+			 * before the transaction commits.  (Only commits are framed.)
+			 */
+			if (did_commit && !fs_prepared_settle_mine(batch[i].xid))
+				continue;
+			if (fs_prepared_end(batch[i].xid, did_commit) != 0 && did_commit)
 				committed |= batch[i].kinds;
 			removed++;
 		}
@@ -571,24 +574,38 @@ fs_prepared_finish_begin(const char *gid)
 			break;
 		}
 	SpinLockRelease(&fs_prepared->mutex);
-	if (busy != 0 && BackendPidGetProc(busy) != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("prepared transaction with identifier \"%s\" is busy", gid),
-				 errdetail("Another session (process %d) is committing it.", busy),
-				 errhint("Wait for that session, then look at pg_prepared_xacts again.")));
-	if (busy != 0)
+	if (busy != 0 && BackendPidGetProc(busy) == NULL)
 	{
-		/* Its finisher is gone: take the mark over. */
+		/* Its finisher is gone: take the mark over, unless another did. */
 		SpinLockAcquire(&fs_prepared->mutex);
 		for (i = 0; i < fs_prepared->count; i++)
 			if (notes[i].xid == xid && notes[i].finisher_pid == busy)
+			{
 				notes[i].finisher_pid = MyProcPid;
+				busy = 0;
+			}
 		SpinLockRelease(&fs_prepared->mutex);
 	}
+	if (busy != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("prepared transaction with identifier \"%s\" is busy", gid),
+				 errdetail("Another session is committing it."),
+				 errhint("Wait for that session, then look at pg_prepared_xacts again.")));
 	if (!noted)
 		return;
 	finishing_xid = xid;
+
+	/*
+	 * Marked while it was still prepared: from now on no other backend
+	 * finishes its commit.  One finished meanwhile by something that does
+	 * not come here (its rows may be counted already) is left alone.
+	 */
+	if (!TransactionIdIsInProgress(xid))
+	{
+		fs_prepared_finish_abandon();
+		return;
+	}
 
 	for (uint32 kind = 0; kind < FS_PARKED_KINDS; kind++)
 	{
@@ -611,20 +628,21 @@ fs_prepared_finish_begin(const char *gid)
 /*
  * After COMMIT PREPARED returned: finish the framed transaction's effects
  * first, inside the frame (it committed), then run the kinds' `after`
- * functions.
+ * functions.  Returns the note's kinds of change, to publish.
  */
-static void
+static uint32
 fs_prepared_finish_end(void)
 {
 	uint32		kinds = finishing_kinds;
+	uint32		published = 0;
 
 	if (!TransactionIdIsInProgress(finishing_xid) && TransactionIdDidCommit(finishing_xid))
-		fs_prepared_end(finishing_xid, true);
-	finishing_xid = InvalidTransactionId;
-	finishing_kinds = 0;
+		published = fs_prepared_end(finishing_xid, true);
+	fs_prepared_finish_abandon();	/* a mark left (it did not commit) goes */
 	for (uint32 kind = 0; kind < FS_PARKED_KINDS; kind++)
 		if ((kinds & (1U << kind)) && afters[kind] != NULL)
 			afters[kind] ();
+	return published;
 }
 
 /*
@@ -735,9 +753,8 @@ fs_prepared_process_utility(PlannedStmt *pstmt, const char *queryString, bool re
 
 	if (stmt == NULL || fs_prepared == NULL)
 		return;
-	if (TransactionIdIsValid(finishing_xid))
-		fs_prepared_finish_end();
-	kinds = fs_prepared_settle();
+	kinds = TransactionIdIsValid(finishing_xid) ? fs_prepared_finish_end() : 0;
+	kinds |= fs_prepared_settle();
 	if (stmt->kind == TRANS_STMT_COMMIT_PREPARED && older)
 		kinds = (1U << FS_PREPARED_NKINDS) - 1;
 	if (last_older)

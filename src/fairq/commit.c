@@ -626,6 +626,12 @@ fs_fair_prepared_before(const FsParkedEffect *effects, int count)
 	FsQueue   **queues;
 	int			nqueues = 0;
 
+	/* Its end would end this transaction's own changes with it. */
+	if (fs_xact.active)
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("COMMIT PREPARED cannot run in a transaction that changed fair-dequeue queues"),
+				 errhint("Run COMMIT PREPARED as a statement of its own.")));
 	fs_xact_begin();
 	queues = palloc(sizeof(FsQueue *) * Max(count, 1));
 	for (int i = 0; i < count; i++)
@@ -665,8 +671,8 @@ fs_fair_prepared_apply(const FsParkedEffect *effect)
 {
 	FsQueue    *queue = fs_queue_by_id(effect->queue_id);
 
-	if (queue == NULL)
-		return;
+	if (queue == NULL || (effect->value == 0 && !(effect->flags & FS_PARKED_ROWS_ADDED)))
+		return;					/* nothing to count (probe starts only) */
 	if (!fs_barrier_entered(queue))
 	{
 		fs_fair_count_again(queue);

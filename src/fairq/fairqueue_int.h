@@ -184,6 +184,9 @@ typedef struct FsFairQueue
 	bool		synced;			/* counted from the table in this run */
 	bool		resyncing;		/* a recount is running: entries it pinned
 								 * stay in the heap even with no rows */
+	bool		count_again;	/* with resyncing: asked to count again
+								 * meanwhile (fs_fair_count_again()), so it
+								 * leaves the queue to count at next use */
 	int32		resync_pid;		/* with resyncing: the backend recounting */
 	uint64		resync_owner_gen;	/* with resyncing: which of its recounts */
 	pg_atomic_uint32 commit_barrier;	/* fs_commit_barrier_enter(): committers inside,

@@ -278,6 +278,9 @@ fs_fair_count_again(FsQueue *queue)
 
 	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
 	fq->synced = false;
+	/* A recount running now may have taken its snapshot before the change. */
+	if (fq->resyncing)
+		fq->count_again = true;
 	LWLockRelease(fq->lock);
 }
 

@@ -562,7 +562,8 @@ fs_fair_resync_apply(FsFairDesc *desc, FsFairQueue *fq, FsCountAt *at, int32 nat
 	}
 	fq->resyncing = false;
 	fq->resync_pid = 0;
-	fq->synced = true;
+	fq->synced = !fq->count_again;
+	fq->count_again = false;
 	if (desc->subkey != NULL)
 		fs_leaves_settle_all(fq, desc->queue->queue_id);
 	fs_fair_set_outside(fq, without, untracked);
@@ -656,6 +657,7 @@ fs_fair_resync_begin(FsFairQueue *fq, bool if_unsynced)
 	}
 	taken_over = fq->resyncing;
 	fq->resyncing = true;
+	fq->count_again = false;
 	fq->resync_pid = MyProcPid;
 	fq->resync_owner_gen = ++resync_seq;
 	owned_resyncs[nowned_resyncs].fq = fq;

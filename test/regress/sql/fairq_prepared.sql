@@ -78,3 +78,30 @@ BEGIN;
 INSERT INTO pq_jobs (tenant) SELECT 'many' || i FROM generate_series(1, 65) i;
 PREPARE TRANSACTION 'pq_refused';
 SELECT count(*) AS counted FROM fs_tenants WHERE queue = 'pq' AND tenant LIKE 'many%' AND ready_rows > 0;
+
+-- A limit changed in the same prepared transaction applies when it commits.
+BEGIN;
+SELECT fs_set_limit('a', 'pq', max_slots => 7);
+INSERT INTO pq_jobs (tenant) VALUES ('a');
+PREPARE TRANSACTION 'pq_both';
+SELECT max_slots FROM fs_tenants WHERE queue = 'pq' AND tenant = 'a';
+COMMIT PREPARED 'pq_both';
+SELECT fs_release_slot(fs_acquire_slot('a', 'pq')) AS decided;
+SELECT max_slots, ready_rows FROM fs_tenants WHERE queue = 'pq' AND tenant = 'a';
+
+-- Ready rows updated in place alone change no count: no recount follows.
+SELECT resyncs AS resyncs_before FROM fs_fairness WHERE queue = 'pq' \gset
+BEGIN;
+UPDATE pq_jobs SET made = 'c' WHERE tenant = 'a';
+PREPARE TRANSACTION 'pq_in_place';
+COMMIT PREPARED 'pq_in_place';
+BEGIN;
+SELECT count(*) > 0 AS claimed FROM fs_claim('pq', NULL::pq_jobs, 1);
+ROLLBACK;
+SELECT resyncs - :resyncs_before AS recounts FROM fs_fairness WHERE queue = 'pq';
+
+-- COMMIT PREPARED of a transaction that is not prepared, or twice: the
+-- error is PostgreSQL's, and nothing is counted twice.
+COMMIT PREPARED 'pq_none';
+SELECT sum(ready_rows) = (SELECT count(*) FROM pq_jobs WHERE state = 'ready') AS counts_match
+  FROM fs_tenants WHERE queue = 'pq';
