@@ -132,6 +132,21 @@ $q->("SELECT citus_add_local_table_to_metadata('cloc')");
 $q->("SELECT fs_register_queue('cl', 'cloc', 'tenant', 'id')");
 $q->("INSERT INTO cloc (tenant) VALUES ('local-a'), ('local-b')");
 is($q->("SELECT count(*) FROM fs_claim('cl', NULL::cloc, 5)"), 2, 'a Citus local table of the coordinator serves claims');
+# Registered first, then added to Citus's metadata: the registration follows
+# the table, which Citus keeps as its shard; registered again, it serves the
+# new table, with exact counts.
+$q->("CREATE TABLE clate (id bigserial PRIMARY KEY, tenant text NOT NULL)");
+$q->("SELECT fs_register_queue('cll', 'clate', 'tenant', 'id')");
+$q->("INSERT INTO clate (tenant) VALUES ('late-a'), ('late-b')");
+$q->("SELECT citus_add_local_table_to_metadata('clate')");
+($ret, $out, $err) = $coord->psql('postgres', "SELECT count(*) FROM fs_claim('cll', NULL::clate, 5)");
+like($err, qr/row_type of queue "cll" must be (public\.)?clate_\d+/, 'a claim then names the shard as row_type');
+$q->("SELECT fs_unregister_queue('cll')");
+$q->("SELECT fs_register_queue('cll', 'clate', 'tenant', 'id')");
+$q->("INSERT INTO clate (tenant) VALUES ('late-c')");
+is($q->("SELECT count(*) FROM fs_claim('cll', NULL::clate, 5)"), 3, 'registered again, the queue serves claims');
+is($q->("SELECT string_agg(tenant || ':' || ready_rows, ',' ORDER BY tenant) FROM fs_tenants WHERE queue = 'cll'"),
+	'late-a:1,late-b:1,late-c:1', 'and counts each row once');
 
 # An application role.
 $q->("CREATE ROLE app LOGIN IN ROLE fairshare_app");
