@@ -496,20 +496,19 @@ fs_prepared_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 static TransactionId
 fs_prepared_xid_of(const char *gid)
 {
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			argtypes[2] = {TEXTOID, BOOLOID};
+	Datum		values[2];
 	TransactionId xid = InvalidTransactionId;
 
 	values[0] = CStringGetTextDatum(gid);
+	values[1] = BoolGetDatum(superuser());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute_with_args("SELECT transaction FROM pg_catalog.pg_prepared_xacts"
 							  " WHERE gid OPERATOR(pg_catalog.=) $1"
 							  "   AND database OPERATOR(pg_catalog.=) pg_catalog.current_database()"
-							  "   AND (owner OPERATOR(pg_catalog.=) CURRENT_USER OR"
-							  "        (SELECT rolsuper FROM pg_catalog.pg_roles"
-							  "          WHERE rolname OPERATOR(pg_catalog.=) CURRENT_USER))",
-							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+							  "   AND (owner OPERATOR(pg_catalog.=) CURRENT_USER OR $2)",
+							  2, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_prepared_xacts");
 	if (SPI_processed == 1)
 	{

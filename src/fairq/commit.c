@@ -540,6 +540,20 @@ fs_commit(void)
 		}
 }
 
+/*
+ * The end of a commit's frame, once its changes are applied (fs_commit(),
+ * or COMMIT PREPARED's after fs_fair_prepared_before()): its rows are
+ * visible, so the probe starts they may be below are voided, and the
+ * commit barriers are left.
+ */
+static void
+fs_commit_frame_end(void)
+{
+	fs_probe_starts_xact_end();
+	fs_barriers_leave_all();
+	fs_xact_reset();
+}
+
 /* ----------------------------------------------------------------
  * Prepared transactions
  * ----------------------------------------------------------------
@@ -617,7 +631,7 @@ fs_fair_park_deltas(void)
  * (in the backend that runs it): what fs_pre_commit() does before a commit.
  * Every tenant that gets rows has an entry, the probe starts its rows may
  * sort below are marked committing, and the queues' commit barriers are
- * entered; the transaction's end (fs_fair_prepared_after(), or the abort
+ * entered; the end of the frame (fs_commit_frame_end(), or the abort
  * of a COMMIT PREPARED that fails) leaves them.
  */
 static void
@@ -685,14 +699,6 @@ fs_fair_prepared_apply(const FsParkedEffect *effect)
 				   false);
 }
 
-/* After COMMIT PREPARED applied the changes: the end of fs_fair_prepared_before()'s frame. */
-static void
-fs_fair_prepared_after(void)
-{
-	fs_probe_starts_xact_end();
-	fs_barriers_leave_all();
-	fs_xact_reset();
-}
 
 /*
  * Transaction end: at pre-commit, enter the commit barriers and compute what
@@ -712,10 +718,7 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			break;
 		case XACT_EVENT_COMMIT:
 			fs_commit();
-			/* Its rows are visible: void the starts they may be below. */
-			fs_probe_starts_xact_end();
-			fs_barriers_leave_all();
-			fs_xact_reset();
+			fs_commit_frame_end();
 			break;
 		case XACT_EVENT_ABORT:
 			fs_probe_starts_xact_end();
@@ -728,9 +731,7 @@ fs_track_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 		case XACT_EVENT_PRE_PREPARE:
 			fs_fair_park_deltas();
 			/* Nothing is entered before a PREPARE: this only makes sure. */
-			fs_probe_starts_xact_end();
-			fs_barriers_leave_all();
-			fs_xact_reset();
+			fs_commit_frame_end();
 			break;
 		default:
 			break;
@@ -780,7 +781,7 @@ fs_track_init(void)
 	RegisterSubXactCallback(fs_track_subxact_callback, NULL);
 	fs_prepared_on_settle(FS_PARKED_BACKLOG, fs_fair_prepared_apply, NULL);
 	fs_prepared_on_commit_prepared(FS_PARKED_BACKLOG, fs_fair_prepared_before,
-								   fs_fair_prepared_after);
+								   fs_commit_frame_end);
 	/* A transaction prepared with no note kept: its enqueues are recounted. */
 	fs_prepared_on_commit(FS_PREPARED_COUNTS, fs_fair_count_again_all);
 }
