@@ -481,6 +481,94 @@ CREATE TRIGGER fs_cluster_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON fs_cluster
     FOR EACH STATEMENT EXECUTE FUNCTION fs_limits_changed();
 
+-- Queues registered on Citus's distributed tables, as text (a table's OID
+-- differs from node to node): fs_register_queue() on the coordinator writes
+-- a row here, and fs_citus_setup() makes this a reference table, so that the
+-- row reaches every node in the registering transaction, where the trigger
+-- below writes (or removes) the node's own row of fs_fair_queues.
+CREATE TABLE fs_cluster_queues (
+    queue          text PRIMARY KEY,
+    ready_table    text NOT NULL,
+    tenant         text NOT NULL,
+    order_by       text NOT NULL,
+    ready_filter   text,
+    claim_filter   text,
+    key            text NOT NULL,
+    key_type       text NOT NULL,
+    running_table  text,
+    running_filter text,
+    running_key    text,
+    cost           text,
+    enqueued_at    text,
+    charge_runtime boolean NOT NULL,
+    ready_index    text,
+    index_created  boolean NOT NULL,
+    registered_by  text NOT NULL,
+    selector       text,
+    max_slots      integer,
+    lease          interval,
+    subkey         text
+);
+COMMENT ON TABLE fs_cluster_queues IS
+'queues registered on tables Citus distributes, as the coordinator''s fs_register_queue() wrote them (names as qualified text); every node keeps its own row of fs_fair_queues from these';
+COMMENT ON COLUMN fs_cluster_queues.queue IS 'the queue, as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.ready_table IS 'the distributed ready table, schema-qualified';
+COMMENT ON COLUMN fs_cluster_queues.tenant IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.order_by IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.ready_filter IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.claim_filter IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.key IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.key_type IS 'the key''s type, by name';
+COMMENT ON COLUMN fs_cluster_queues.running_table IS 'the distributed running table, schema-qualified; NULL: none';
+COMMENT ON COLUMN fs_cluster_queues.running_filter IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.running_key IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.cost IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.enqueued_at IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.charge_runtime IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.ready_index IS 'the index on the distributed table, schema-qualified (Citus gives each shard its own copy)';
+COMMENT ON COLUMN fs_cluster_queues.index_created IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.registered_by IS 'the registering role, by name';
+COMMENT ON COLUMN fs_cluster_queues.selector IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.max_slots IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.lease IS 'as in fs_fair_queues';
+COMMENT ON COLUMN fs_cluster_queues.subkey IS 'as in fs_fair_queues';
+REVOKE ALL ON fs_cluster_queues FROM PUBLIC;
+GRANT SELECT ON fs_cluster_queues TO PUBLIC;
+
+-- Fired on each node's placement of fs_cluster_queues: the node's own row
+-- of fs_fair_queues follows, with the names resolved on this node (the
+-- extension's owner writes it, as fs_register_queue() does).
+CREATE FUNCTION fs_cluster_queues_apply() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        DELETE FROM @extschema@.fs_fair_queues WHERE queue = OLD.queue;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        -- The coordinator's own row (fs_register_queue() stored it) too.
+        DELETE FROM @extschema@.fs_fair_queues WHERE queue = NEW.queue;
+        INSERT INTO @extschema@.fs_fair_queues AS q
+               (queue, ready_table, tenant, order_by, ready_filter, claim_filter, key, key_type,
+                running_table, running_filter, running_key, cost, enqueued_at, charge_runtime,
+                ready_index, index_created, registered_by, selector, max_slots, lease, subkey)
+        VALUES (NEW.queue, NEW.ready_table::regclass, NEW.tenant, NEW.order_by, NEW.ready_filter,
+                NEW.claim_filter, NEW.key, NEW.key_type::regtype, NEW.running_table::regclass,
+                NEW.running_filter, NEW.running_key, NEW.cost, NEW.enqueued_at, NEW.charge_runtime,
+                to_regclass(NEW.ready_index), NEW.index_created, NEW.registered_by::regrole,
+                NEW.selector, NEW.max_slots, NEW.lease, NEW.subkey);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fs_cluster_queues_apply() IS
+'trigger on each node''s placement of fs_cluster_queues: writes (or removes) the node''s own row of fs_fair_queues';
+REVOKE ALL ON FUNCTION fs_cluster_queues_apply() FROM PUBLIC;
+CREATE TRIGGER fs_cluster_queues_apply
+    AFTER INSERT OR UPDATE OR DELETE ON fs_cluster_queues
+    FOR EACH ROW EXECUTE FUNCTION fs_cluster_queues_apply();
+
 CREATE FUNCTION fs_release_slot_at(node_anchor text, lease_id bigint)
 RETURNS boolean
 LANGUAGE c VOLATILE PARALLEL UNSAFE
@@ -597,7 +685,7 @@ BEGIN
     -- The settings are reference tables, with their triggers on every node:
     -- one place to configure, applied on every node when a change commits.
     FOREACH t IN ARRAY ARRAY['@extschema@.fs_limits', '@extschema@.fs_subkey_weights',
-                             '@extschema@.fs_cluster']::regclass[] LOOP
+                             '@extschema@.fs_cluster', '@extschema@.fs_cluster_queues']::regclass[] LOOP
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid = t) THEN
             PERFORM create_reference_table(t);
             -- Its rows are in the placements now; none stays behind unseen.
@@ -627,5 +715,5 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION fs_citus_setup(regclass) IS
-'on a Citus coordinator: makes fs_limits, fs_subkey_weights and fs_cluster reference tables and delegates the per-tenant functions to the node that holds the tenant''s shard of colocate_with (a table distributed by a text tenant column)';
+'on a Citus coordinator: makes fs_limits, fs_subkey_weights, fs_cluster and fs_cluster_queues reference tables and delegates the per-tenant functions to the node that holds the tenant''s shard of colocate_with (a table distributed by a text tenant column)';
 REVOKE ALL ON FUNCTION fs_citus_setup(regclass) FROM PUBLIC;

@@ -319,33 +319,39 @@ fs_shard_cmp(const void *a, const void *b)
 	return (x->min_hash > y->min_hash) - (x->min_hash < y->min_hash);
 }
 
+/* One shard of a distributed table as Citus's catalogs have it. */
+typedef struct FsShardRow
+{
+	int64		shard_id;
+	int32		min_hash;
+	int32		max_hash;
+	int32		group;			/* of its active placement; -1: none */
+} FsShardRow;
+
 /*
- * Load the shard map of `table`: each shard's hash range (pg_dist_shard)
- * and the group of its active placement (pg_dist_placement).
+ * The shards of distributed table `table`: each one's hash range
+ * (pg_dist_shard) and the group of its active placement
+ * (pg_dist_placement), in *rows (palloc'd); returns how many.  Read
+ * straight from the catalogs (they are small): no privilege is needed.
  */
-static void
-fs_cluster_load_map(Oid table)
+static int
+fs_cluster_scan_shards(Oid table, FsShardRow **rows)
 {
 	Oid			shard_relid = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
 	Oid			placement_relid = get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
 	Relation	rel;
 	SysScanDesc scan;
 	HeapTuple	tuple;
-	FsShard    *shards;
-	int64	   *shard_ids;
+	FsShardRow *all;
 	int			count = 0;
 	int			capacity = 64;
-	uint64		invalidations = map_invalidations;
-	FsShard    *kept;
-	int			i;
 
 	if (!OidIsValid(shard_relid) || !OidIsValid(placement_relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("Citus's shard catalogs are missing in this database")));
 
-	shards = palloc(sizeof(FsShard) * capacity);
-	shard_ids = palloc(sizeof(int64) * capacity);
+	all = palloc(sizeof(FsShardRow) * capacity);
 	{
 		AttrNumber	a_rel = fs_catalog_attnum(shard_relid, "logicalrelid");
 		AttrNumber	a_id = fs_catalog_attnum(shard_relid, "shardid");
@@ -372,13 +378,12 @@ fs_cluster_load_map(Oid table)
 			if (count == capacity)
 			{
 				capacity *= 2;
-				shards = repalloc(shards, sizeof(FsShard) * capacity);
-				shard_ids = repalloc(shard_ids, sizeof(int64) * capacity);
+				all = repalloc(all, sizeof(FsShardRow) * capacity);
 			}
-			shards[count].min_hash = pg_strtoint32(TextDatumGetCString(min));
-			shards[count].max_hash = pg_strtoint32(TextDatumGetCString(max));
-			shards[count].group = -1;
-			shard_ids[count] = DatumGetInt64(heap_getattr(tuple, a_id, desc, &n1));
+			all[count].shard_id = DatumGetInt64(heap_getattr(tuple, a_id, desc, &n1));
+			all[count].min_hash = pg_strtoint32(TextDatumGetCString(min));
+			all[count].max_hash = pg_strtoint32(TextDatumGetCString(max));
+			all[count].group = -1;
 			count++;
 		}
 		fs_catalog_scan_end(scan, rel);
@@ -397,13 +402,34 @@ fs_cluster_load_map(Oid table)
 
 			if (DatumGetInt32(heap_getattr(tuple, a_state, desc, &isnull)) != 1)
 				continue;		/* not an active placement */
-			for (i = 0; i < count; i++)
-				if (shard_ids[i] == id)
-					shards[i].group = DatumGetInt32(heap_getattr(tuple, a_group, desc, &isnull));
+			for (int i = 0; i < count; i++)
+				if (all[i].shard_id == id)
+					all[i].group = DatumGetInt32(heap_getattr(tuple, a_group, desc, &isnull));
 		}
 		fs_catalog_scan_end(scan, rel);
 	}
-	pfree(shard_ids);
+	*rows = all;
+	return count;
+}
+
+/* Load the shard map of `table`: each shard's hash range and its node's group. */
+static void
+fs_cluster_load_map(Oid table)
+{
+	uint64		invalidations = map_invalidations;
+	FsShardRow *rows;
+	int			count = fs_cluster_scan_shards(table, &rows);
+	FsShard    *shards = palloc(sizeof(FsShard) * Max(count, 1));
+	FsShard    *kept;
+	int			i;
+
+	for (i = 0; i < count; i++)
+	{
+		shards[i].min_hash = rows[i].min_hash;
+		shards[i].max_hash = rows[i].max_hash;
+		shards[i].group = rows[i].group;
+	}
+	pfree(rows);
 	qsort(shards, count, sizeof(FsShard), fs_shard_cmp);
 
 	/* Kept for the backend's life; built first, so an error leaks nothing. */
@@ -446,7 +472,7 @@ fs_cluster_group_of_hash(int32 hash)
  * deterministic collation (fs_citus_setup() accepts no other) hashes the
  * bytes.
  */
-static int32
+int32
 fs_cluster_hash(const char *value)
 {
 	return (int32) hash_any((const unsigned char *) value, (int) strlen(value));
@@ -842,4 +868,213 @@ fs_tenant_node(PG_FUNCTION_ARGS)
 	if (group < 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT32(group);
+}
+
+static int
+fs_local_shard_cmp(const void *a, const void *b)
+{
+	const FsLocalShard *x = a;
+	const FsLocalShard *y = b;
+
+	return (x->min_hash > y->min_hash) - (x->min_hash < y->min_hash);
+}
+
+/*
+ * The shards of distributed table `relid` whose active placement is on this
+ * node, sorted by hash range, in *shards (palloc'd); returns how many.  A
+ * shard whose table is not here (a move under way) is left out.
+ */
+int
+fs_cluster_local_shards(Oid relid, FsLocalShard **shards)
+{
+	int32		here = fs_cluster_group();
+	char	   *relname = get_rel_name(relid);
+	Oid			namespace = get_rel_namespace(relid);
+	FsShardRow *rows;
+	FsLocalShard *local;
+	int			count;
+	int			kept = 0;
+
+	*shards = NULL;
+	if (relname == NULL)
+		return 0;
+	count = fs_cluster_scan_shards(relid, &rows);
+	local = palloc(sizeof(FsLocalShard) * Max(count, 1));
+	for (int i = 0; i < count; i++)
+	{
+		char		name[NAMEDATALEN * 2];
+		Oid			shard_relid;
+
+		if (rows[i].group != here)
+			continue;
+		/* Citus names a shard's table after its table and its id. */
+		snprintf(name, sizeof(name), "%s_" INT64_FORMAT, relname, rows[i].shard_id);
+		if (strlen(name) >= NAMEDATALEN)
+			continue;			/* Citus shortens such names: refused at registration */
+		shard_relid = get_relname_relid(name, namespace);
+		if (!OidIsValid(shard_relid))
+			continue;
+		local[kept].shard_id = rows[i].shard_id;
+		local[kept].relid = shard_relid;
+		local[kept].min_hash = rows[i].min_hash;
+		local[kept].max_hash = rows[i].max_hash;
+		kept++;
+	}
+	pfree(rows);
+	qsort(local, kept, sizeof(FsLocalShard), fs_local_shard_cmp);
+	*shards = local;
+	return kept;
+}
+
+/*
+ * The distributed table whose shard `relid` is on this node (its name is
+ * the table's and the shard's id), or InvalidOid.  For the row triggers:
+ * Citus copies a distributed table's triggers to its shards, where they
+ * fire.
+ */
+Oid
+fs_cluster_shard_parent(Oid relid)
+{
+	Oid			shard_catalog;
+	char	   *relname;
+	char	   *underscore;
+	char	   *end;
+	int64		shard_id;
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			parent = InvalidOid;
+
+	if (!fs_cluster_citus_here())
+		return InvalidOid;
+	relname = get_rel_name(relid);
+	if (relname == NULL || (underscore = strrchr(relname, '_')) == NULL ||
+		underscore[1] < '0' || underscore[1] > '9')
+		return InvalidOid;
+	errno = 0;
+	shard_id = strtoi64(underscore + 1, &end, 10);
+	if (errno != 0 || *end != '\0' || shard_id <= 0)
+		return InvalidOid;
+	shard_catalog = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(shard_catalog))
+		return InvalidOid;
+	{
+		AttrNumber	a_rel = fs_catalog_attnum(shard_catalog, "logicalrelid");
+		AttrNumber	a_id = fs_catalog_attnum(shard_catalog, "shardid");
+
+		scan = fs_catalog_scan_begin(shard_catalog, &rel);
+		while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+		{
+			bool		isnull;
+
+			if (DatumGetInt64(heap_getattr(tuple, a_id, RelationGetDescr(rel), &isnull)) != shard_id)
+				continue;
+			parent = DatumGetObjectId(heap_getattr(tuple, a_rel, RelationGetDescr(rel), &isnull));
+			break;
+		}
+		fs_catalog_scan_end(scan, rel);
+	}
+	if (OidIsValid(parent))
+	{
+		char	   *parent_name = get_rel_name(parent);
+
+		/* The same name and schema, or it is some other table. */
+		if (parent_name == NULL || get_rel_namespace(parent) != get_rel_namespace(relid) ||
+			strlen(parent_name) != (size_t) (underscore - relname) ||
+			strncmp(parent_name, relname, underscore - relname) != 0)
+			parent = InvalidOid;
+	}
+	return parent;
+}
+
+/*
+ * Why distributed table `relid` cannot be a queue's table whose tenant is
+ * column `tenant_attnum` (0: not a plain column; -1: not checked), or NULL
+ * when it can: it
+ * must be colocated with the table fs_citus_setup() named (so that every
+ * node serves the tenants it decides for) and distributed by that column
+ * (so that a tenant's rows are in one shard).  A reference table has no
+ * tenant's node.
+ */
+char *
+fs_cluster_queue_table_problem(Oid relid, AttrNumber tenant_attnum)
+{
+	Oid			setup = fs_cluster_setup_table();
+	Oid			argtypes[2] = {OIDOID, OIDOID};
+	Datum		values[2];
+	char	   *problem = NULL;
+	bool		isnull;
+	MemoryContext caller = CurrentMemoryContext;
+
+	if (!OidIsValid(setup))
+		return psprintf("this database is not set up for Citus: call fs_citus_setup() on the "
+						"coordinator first");
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	values[0] = ObjectIdGetDatum(relid);
+	values[1] = ObjectIdGetDatum(setup);
+	if (SPI_execute_with_args("SELECT p.partmethod::pg_catalog.text,"
+							  "       p.colocationid OPERATOR(pg_catalog.=) s.colocationid,"
+							  "       a.attnum"
+							  "  FROM pg_catalog.pg_dist_partition p"
+							  "  JOIN pg_catalog.pg_dist_partition s ON s.logicalrelid OPERATOR(pg_catalog.=) $2"
+							  "  LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) p.logicalrelid"
+							  "   AND a.attname OPERATOR(pg_catalog.=) pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)"
+							  " WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1",
+							  2, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read pg_dist_partition");
+	if (SPI_processed != 1)
+		problem = psprintf("it is not distributed");
+	else
+	{
+		HeapTuple	row = SPI_tuptable->vals[0];
+		TupleDesc	rowdesc = SPI_tuptable->tupdesc;
+		char	   *method = SPI_getvalue(row, rowdesc, 1);
+		bool		colocated = DatumGetBool(SPI_getbinval(row, rowdesc, 2, &isnull));
+		Datum		attnum = SPI_getbinval(row, rowdesc, 3, &isnull);
+
+		if (method == NULL || strcmp(method, "h") != 0)
+			problem = psprintf("it is not distributed by hash (a reference table has no tenant's node)");
+		else if (!colocated)
+			problem = psprintf("it is not colocated with %s, the table fs_citus_setup() named",
+							   get_rel_name(setup));
+		else if (tenant_attnum >= 0 &&
+				 (isnull || tenant_attnum == 0 || DatumGetInt16(attnum) != tenant_attnum))
+			problem = psprintf("its tenant expression is not its distribution column");
+	}
+	if (problem != NULL)
+		problem = MemoryContextStrdup(caller, problem);
+	SPI_finish();
+	return problem;
+}
+
+/*
+ * The name of the distribution column of distributed table `relid`, or
+ * NULL (a reference table, or not distributed).
+ */
+char *
+fs_cluster_distribution_column(Oid relid)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	Oid			argtypes[1] = {OIDOID};
+	Datum		values[1];
+	char	   *column = NULL;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	values[0] = ObjectIdGetDatum(relid);
+	if (SPI_execute_with_args("SELECT pg_catalog.column_to_column_name(logicalrelid, partkey)"
+							  "  FROM pg_catalog.pg_dist_partition"
+							  " WHERE logicalrelid OPERATOR(pg_catalog.=) $1 AND partkey IS NOT NULL",
+							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read pg_dist_partition");
+	if (SPI_processed == 1)
+	{
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+		if (name != NULL)
+			column = MemoryContextStrdup(caller, name);
+	}
+	SPI_finish();
+	return column;
 }

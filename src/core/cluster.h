@@ -24,6 +24,7 @@
 #ifndef FAIRSHARE_CLUSTER_H
 #define FAIRSHARE_CLUSTER_H
 
+#include "access/attnum.h"
 #include "datatype/timestamp.h"
 
 /* Where a lease id keeps its node, and the largest node it can name. */
@@ -47,6 +48,21 @@ extern void fs_cluster_check_lease_here(const char *function, int64 lease_id);
 extern void fs_cluster_broadcast(const char *function, int nargs, Oid *argtypes, Datum *values);
 extern void fs_cluster_check_coordinator(const char *function);
 extern bool fs_cluster_is_distributed(Oid relid);
+
+/* One shard of a distributed table that this node holds. */
+typedef struct FsLocalShard
+{
+	int64		shard_id;
+	Oid			relid;			/* the shard's own table here */
+	int32		min_hash;
+	int32		max_hash;
+} FsLocalShard;
+
+extern int32 fs_cluster_hash(const char *value);
+extern int	fs_cluster_local_shards(Oid relid, FsLocalShard **shards);
+extern Oid	fs_cluster_shard_parent(Oid relid);
+extern char *fs_cluster_queue_table_problem(Oid relid, AttrNumber tenant_attnum);
+extern char *fs_cluster_distribution_column(Oid relid);
 
 /*
  * The fast paths, for a server without Citus (once this backend has looked):

@@ -386,9 +386,9 @@ fs_prepared_park(const FsParkedEffect *effects, int count)
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("cannot prepare a transaction that made more than %d fairshare changes",
 						FS_PREPARED_PARKED_PER_XACT),
-				 errdetail("A prepared transaction keeps what its commit or rollback must do for at most %d changes together: a lease taken, a lease released, a (queue, tenant)'s tokens spent or charged, a (queue, tenant, sub-key)'s jobs enqueued.",
+				 errdetail("A prepared transaction keeps what its commit or rollback must do for at most %d changes together: a lease taken, a lease released, a (queue, tenant)'s tokens spent or charged, a (queue, tenant, sub-key)'s jobs enqueued, a job finished, a queue's table truncated.",
 						   FS_PREPARED_PARKED_PER_XACT),
-				 errhint("Make those calls, and enqueue jobs, for fewer tenants in one prepared transaction.")));
+				 errhint("Split the work into smaller transactions: fewer tenants, leases or finished jobs in each.")));
 	xid = GetTopTransactionId();
 	room = fs_prepared != NULL;
 	if (room)

@@ -38,7 +38,9 @@
 										 * transaction that may have parked
 										 * effects no note kept (see
 										 * prepared.c), whose changes are lost */
-#define FS_PREPARED_NKINDS		3
+#define FS_PREPARED_REGISTRATIONS	0x08	/* fs_fair_queues (a Citus node's row,
+										 * written from fs_cluster_queues) */
+#define FS_PREPARED_NKINDS		4
 
 typedef void (*FsPreparedPublish) (void);
 
@@ -51,6 +53,8 @@ typedef void (*FsPreparedPublish) (void);
  * Parked effects live in shared memory: a restart loses them (a commit or a
  * rollback after it finishes and undoes nothing).
  */
+#define FS_PARKED_DATA		32
+
 typedef struct FsParkedEffect
 {
 	uint32		kind;			/* the layer's own number, 0 .. FS_PARKED_KINDS - 1 */
@@ -60,15 +64,19 @@ typedef struct FsParkedEffect
 	int64		object_id;		/* the layer's own id: a lease, a transaction */
 	float8		value;
 	uint32		flags;			/* the layer's own */
+	uint8		data[FS_PARKED_DATA];	/* the layer's own bytes */
 } FsParkedEffect;
 
-#define FS_PARKED_KINDS				4
+#define FS_PARKED_KINDS				5
 #define FS_PARKED_REFUND			0	/* tokens to give back (budget) */
 #define FS_PARKED_LEASE_TAKEN		1	/* a lease acquired: dropped at rollback */
 #define FS_PARKED_LEASE_RELEASED	2	/* a lease released: dropped at commit,
 										 * live again at rollback */
 #define FS_PARKED_BACKLOG			3	/* rows made ready: counted at commit
 										 * (fair dequeue) */
+#define FS_PARKED_CLAIM_RELEASE		4	/* a claimed row's job finished (its
+										 * running row left): its claim ends
+										 * at commit (fair dequeue) */
 #define FS_PREPARED_PARKED_PER_XACT	64
 
 /* What COMMIT or ROLLBACK PREPARED does with one parked effect. */

@@ -439,7 +439,9 @@ fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, Timestam
 	FsClaimElements star;
 	int32	   *assigned;
 	int32		claimed = 0;
+	FsFairDesc **part_of;
 	int			i;
+	int			p;
 
 	FS_FAULT_POINT("claim_query_args");
 	for (i = 0; i < plan->ntenants; i++)
@@ -460,32 +462,47 @@ fs_claim_round_query(FsFairDesc *desc, FsPlan *plan, int64 lease_usecs, Timestam
 			plan->tenants[t].whole_admitted++;
 	}
 
-	fs_claim_elements_init(&whole, Max(plan->ntenants, 1));
+	/*
+	 * The queries, of the queue's table, or for a distributed queue of each
+	 * of this node's shards that holds planned tenants (a tenant of no shard
+	 * here gets none of its rows, and comes up short).
+	 */
+	part_of = palloc(sizeof(FsFairDesc *) * Max(plan->ntenants, 1));
 	for (i = 0; i < plan->ntenants; i++)
-		if (plan->tenants[i].whole_admitted > 0)
-			fs_claim_elements_add(&whole, plan, i, -1, plan->tenants[i].whole_admitted);
-	if (plan->leaves)
+		part_of[i] = fs_fair_part_of(desc, plan->tenants[i].name);
+	for (p = 0; p < Max(desc->nparts, 1); p++)
 	{
-		fs_claim_elements_init(&leaves, Max(plan->nleaves, 1));
-		fs_claim_elements_init(&star, Max(plan->nleaves, 1));
-		for (i = 0; i < plan->nleaves; i++)
-		{
-			FsPlanLeaf *pl = &plan->plan_leaves[i];
+		FsFairDesc *part = desc->distributed ? &desc->parts[p] : desc;
 
-			if (pl->admitted == 0)
-				continue;
-			if (strcmp(pl->subkey, FS_SUBKEY_NONE) == 0)
-				fs_claim_elements_add(&star, plan, pl->tenant, i, pl->admitted);
-			else
-				fs_claim_elements_add(&leaves, plan, pl->tenant, i, pl->admitted);
+		if (desc->distributed && desc->nparts == 0)
+			break;
+		fs_claim_elements_init(&whole, Max(plan->ntenants, 1));
+		for (i = 0; i < plan->ntenants; i++)
+			if (plan->tenants[i].whole_admitted > 0 && part_of[i] == part)
+				fs_claim_elements_add(&whole, plan, i, -1, plan->tenants[i].whole_admitted);
+		if (plan->leaves)
+		{
+			fs_claim_elements_init(&leaves, Max(plan->nleaves, 1));
+			fs_claim_elements_init(&star, Max(plan->nleaves, 1));
+			for (i = 0; i < plan->nleaves; i++)
+			{
+				FsPlanLeaf *pl = &plan->plan_leaves[i];
+
+				if (pl->admitted == 0 || part_of[pl->tenant] != part)
+					continue;
+				if (strcmp(pl->subkey, FS_SUBKEY_NONE) == 0)
+					fs_claim_elements_add(&star, plan, pl->tenant, i, pl->admitted);
+				else
+					fs_claim_elements_add(&leaves, plan, pl->tenant, i, pl->admitted);
+			}
+			fs_claim_run(part, plan, &part->leaf_q, part->leaf_plan, &leaves, true, sel, out,
+						 costs, &claimed, now);
+			fs_claim_run(part, plan, &part->star_q, part->star_plan, &star, false, sel, out,
+						 costs, &claimed, now);
 		}
-		fs_claim_run(desc, plan, &desc->leaf_q, desc->leaf_plan, &leaves, true, sel, out,
-					 costs, &claimed, now);
-		fs_claim_run(desc, plan, &desc->star_q, desc->star_plan, &star, false, sel, out,
+		fs_claim_run(part, plan, &part->claim_q, part->claim_plan, &whole, false, sel, out,
 					 costs, &claimed, now);
 	}
-	fs_claim_run(desc, plan, &desc->claim_q, desc->claim_plan, &whole, false, sel, out,
-				 costs, &claimed, now);
 	return claimed;
 }
 
@@ -649,17 +666,17 @@ fs_claim_round(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
  * fairshare cannot keep the queue's state (the queue table is full) or has
  * ready rows of tenants it could not track.  Rows still get leases (failing
  * open themselves when state cannot be kept); a row whose tenant is at its
- * limit is not returned.
+ * limit is not returned.  Up to `want` rows of desc's table, after the
+ * `claimed` rows the claim has; returns how many it has then.
  */
 static int32
-fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
-			  FsClaimOutput *out, const FsSelection *sel)
+fs_claim_fifo_table(FsFairDesc *desc, int32 want, int32 claimed, int64 lease_usecs,
+					TimestampTz now, FsClaimOutput *out, const FsSelection *sel)
 {
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	ArrayType  *held = fs_track_held_keys(desc);
 	TupleDesc	tupdesc;
-	int32		claimed = 0;
 	uint64		r;
 
 	values[0] = Int64GetDatum(want);
@@ -703,6 +720,24 @@ fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
 										cost, false, 0);
 		claimed++;
 	}
+	return claimed;
+}
+
+/*
+ * fs_claim_fifo_table() on the queue's table, or on each of this node's
+ * shards of a distributed queue in turn until `want` rows are claimed.
+ */
+static int32
+fs_claim_fifo(FsFairDesc *desc, int32 want, int64 lease_usecs, TimestampTz now,
+			  FsClaimOutput *out, const FsSelection *sel)
+{
+	int32		claimed = 0;
+
+	if (!desc->distributed)
+		return fs_claim_fifo_table(desc, want, 0, lease_usecs, now, out, sel);
+	for (int p = 0; p < desc->nparts && claimed < want; p++)
+		claimed = fs_claim_fifo_table(&desc->parts[p], want - claimed, claimed, lease_usecs, now,
+									  out, sel);
 	return claimed;
 }
 
@@ -924,6 +959,12 @@ fs_claim(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to claim rows of %s", desc->ready_name),
 				 errhint("fs_claim() locks rows FOR UPDATE: it needs SELECT and UPDATE on the table.")));
+	if (desc->distributed && desc->nparts == 0 && fs_cluster_group() == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("queue \"%s\" is on a table Citus distributes, and this coordinator holds "
+						"none of its shards", desc->queue_name),
+				 errhint("Claim on the worker nodes: each one serves the tenants whose shards it holds.")));
 	fs_fair_check_schema_usage(desc, "fs_claim");
 
 	InitMaterializedSRF(fcinfo, 0);

@@ -187,27 +187,28 @@ fs_claim_map_delete(FsClaimEntry *entry)
 
 /*
  * A row key's identity: integers as int64, uuids and short text as their
- * bytes, longer text as a 128-bit hash of its bytes.
+ * bytes, longer text as a 128-bit hash of its bytes.  With `tenant` (a
+ * queue on a table Citus distributes, whose keys are unique only with the
+ * tenant), a 128-bit hash of the tenant's name and the key's bytes.
  */
 void
 fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value, Oid type, int16 typlen,
-				  bool typbyval)
+				  bool typbyval, const char *tenant)
 {
 	const char *data;
 	Size		len;
+	int64		v;
 
 	memset(key, 0, sizeof(*key));
 	key->queue_id = queue_id;
 	if (typbyval)
 	{
-		int64		v = type == INT2OID ? DatumGetInt16(value) :
+		v = type == INT2OID ? DatumGetInt16(value) :
 			type == INT4OID ? DatumGetInt32(value) : DatumGetInt64(value);
-
-		key->len = sizeof(v);
-		memcpy(key->bytes, &v, sizeof(v));
-		return;
+		data = (const char *) &v;
+		len = sizeof(v);
 	}
-	if (typlen > 0)
+	else if (typlen > 0)
 	{
 		data = DatumGetPointer(value);
 		len = typlen;
@@ -220,13 +221,22 @@ fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value, Oid type, int16
 		len = VARSIZE_ANY_EXHDR(t);
 	}
 	key->len = (uint16) Min(len, PG_UINT16_MAX);
-	if (len <= FS_KEY_INLINE)
+	if (tenant == NULL && len <= FS_KEY_INLINE)
 		memcpy(key->bytes, data, len);
 	else
 	{
 		uint64		h1 = hash_bytes_extended((const unsigned char *) data, (int) len, 0x66616972);
 		uint64		h2 = hash_bytes_extended((const unsigned char *) data, (int) len, 0x73686172);
 
+		if (tenant != NULL)
+		{
+			Size		tlen = strlen(tenant);
+
+			h1 = hash_combine64(h1, hash_bytes_extended((const unsigned char *) tenant, (int) tlen,
+														0x74656e61));
+			h2 = hash_combine64(h2, hash_bytes_extended((const unsigned char *) tenant, (int) tlen,
+														0x6e747321));
+		}
 		key->hashed = 1;
 		memcpy(key->bytes, &h1, sizeof(h1));
 		memcpy(key->bytes + sizeof(h1), &h2, sizeof(h2));

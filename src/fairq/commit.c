@@ -559,19 +559,89 @@ fs_commit_frame_end(void)
  * ----------------------------------------------------------------
  */
 
+/*
+ * COMMIT PREPARED of a transaction that changed fs_fair_queues by SQL:
+ * every backend reloads the registrations, as after a commit.
+ */
+static void
+fs_fair_registrations_published(void)
+{
+	pg_atomic_add_fetch_u32(&fs_fair->registration_generation, 1);
+}
+
 /* FsParkedEffect.flags of a parked backlog change */
 #define FS_PARKED_ROWS_ADDED		0x01	/* a row entered the ready state */
 #define FS_PARKED_ROWS_REORDERED	0x02	/* a ready row moved in the order */
+#define FS_PARKED_FORGET			0x04	/* the queue's table was truncated, or
+											 * its registration changed: forgotten,
+											 * recounted at next use */
+#define FS_PARKED_UNREGISTERED		0x08	/* with FORGET: unregistered, its
+											 * claims leave the claim map */
+
+/* FsParkedEffect.flags of a parked claim's end */
+#define FS_PARKED_RELEASED			0x01	/* its lease was released then */
+#define FS_PARKED_CHARGE_RUNTIME	0x02	/* its held time is charged */
+
+/* FsParkedEffect.data of a parked claim's end */
+typedef struct FsParkedClaimEnd
+{
+	FsClaimKey	key;			/* its row in the claim map */
+	float8		est_cost;		/* charged at claim */
+} FsParkedClaimEnd;
+
+StaticAssertDecl(sizeof(FsParkedClaimEnd) <= FS_PARKED_DATA,
+				 "a claim's end must fit a parked effect");
 
 /*
- * PREPARE TRANSACTION: a transaction that only made rows ready (or updated
- * ready rows in place) parks its backlog changes, one per (tenant,
- * sub-key), to be applied when COMMIT PREPARED commits it, as fs_commit()
- * applies them (framed as fs_pre_commit() and the end of the transaction
- * frame them: fs_fair_prepared_before() and _after()); ROLLBACK PREPARED
- * has nothing to undo.  A transaction that claimed rows, finished or took
- * ready rows itself, or changed registrations is refused: what those do at
- * commit and rollback is this backend's alone.
+ * COMMIT PREPARED of a transaction that finished a claimed row's job (in
+ * any backend): what fs_commit() does for it.  The row leaves the claim map;
+ * a released lease is counted, and with charge_runtime its tenant is
+ * charged the held time above the estimate, in fair order and budget.
+ */
+static void
+fs_fair_prepared_claim_end(const FsParkedEffect *effect)
+{
+	FsQueue    *queue = fs_queue_by_id(effect->queue_id);
+	FsParkedClaimEnd end;
+	FsFairQueue *fq;
+
+	if (queue == NULL)
+		return;
+	memcpy(&end, effect->data, sizeof(end));
+	fs_claim_map_remove(&end.key, effect->object_id);
+	if (!(effect->flags & FS_PARKED_RELEASED))
+		return;
+	fq = fs_fair_queue(queue);
+	LWLockAcquire(fq->lock, LW_EXCLUSIVE);
+	FS_FAIR_COUNT(fq, rows_released, 1);
+	LWLockRelease(fq->lock);
+	if (effect->flags & FS_PARKED_CHARGE_RUNTIME)
+	{
+		TimestampTz now = fs_now();
+		float8		held_ms = effect->value;
+		float8		extra = held_ms - end.est_cost;
+		FsTenantChange c;
+
+		fs_change_init(&c, now);
+		c.resync_gen = fq->resync_gen;
+		c.cost = extra;
+		c.served = extra;
+		fs_fair_change(queue, effect->tenant, false, &c);
+		fs_fair_note_runtime(queue, held_ms);
+		fs_budget_charge_committed(queue, effect->tenant, extra, now);
+	}
+}
+
+/*
+ * PREPARE TRANSACTION: a transaction that made rows ready (or updated ready
+ * rows in place) parks its backlog changes, one per (tenant, sub-key), to
+ * be applied when COMMIT PREPARED commits it, as fs_commit() applies them
+ * (framed as fs_pre_commit() and the end of the transaction frame them:
+ * fs_fair_prepared_before() and _after()); jobs it finished, tables it
+ * truncated and registrations it changed are parked too.  ROLLBACK
+ * PREPARED has nothing to undo.  A transaction that claimed rows, or took
+ * ready rows itself, is refused: what those do at commit and rollback is
+ * this backend's alone.
  */
 static void
 fs_fair_park_deltas(void)
@@ -581,8 +651,24 @@ fs_fair_park_deltas(void)
 	bool		refused;
 	int			n = 0;
 
-	refused = fs_xact.nclaims > 0 || hash_get_num_entries(fs_xact.claimed) > 0 ||
-		fs_xact.releases != NIL || fs_xact.events != NIL;
+	refused = fs_xact.nclaims > 0 || hash_get_num_entries(fs_xact.claimed) > 0;
+	{
+		ListCell   *lc;
+		bool		registrations = false;
+
+		/*
+		 * Registrations changed (fs_register_queue(), fs_unregister_queue(),
+		 * a dropped table, or fs_fair_queues by SQL, as fs_cluster_queues'
+		 * trigger writes a Citus node's row in the transaction Citus
+		 * prepares on every node) are published at COMMIT PREPARED; their
+		 * queues' state is parked below, to be forgotten then.
+		 */
+		foreach(lc, fs_xact.events)
+			if (((FsQueueEvent *) lfirst(lc))->kind != FS_EVENT_TRUNCATED)
+				registrations = true;
+		if (!refused && registrations)
+			fs_prepared_note(FS_PREPARED_REGISTRATIONS);
+	}
 	if (!refused && hash_get_num_entries(fs_xact.deltas) > 0)
 	{
 		HASH_SEQ_STATUS seq;
@@ -618,11 +704,78 @@ fs_fair_park_deltas(void)
 			n++;
 		}
 	}
+	/*
+	 * A queue whose ready table was truncated or whose registration changed
+	 * is forgotten once committed (recounted at next use), and an
+	 * unregistered one's claims leave the claim map: one effect per queue.
+	 */
+	if (!refused)
+	{
+		ListCell   *lc;
+		int			first = n;
+
+		foreach(lc, fs_xact.events)
+		{
+			FsQueueEvent *event = lfirst(lc);
+			FsQueue    *queue;
+			int			e;
+
+			if (event->queue_name[0] == '\0' ||
+				(queue = fs_queue_lookup(event->queue_name, false)) == NULL)
+				continue;
+			for (e = first; e < n; e++)
+				if (effects[e].queue_id == queue->queue_id)
+					break;
+			if (e == n)
+			{
+				if (n == FS_PREPARED_PARKED_PER_XACT + 1)
+					break;
+				memset(&effects[n], 0, sizeof(FsParkedEffect));
+				effects[n].kind = FS_PARKED_BACKLOG;
+				effects[n].queue_id = queue->queue_id;
+				n++;
+			}
+			effects[e].flags |= FS_PARKED_FORGET |
+				(event->kind == FS_EVENT_UNREGISTERED ? FS_PARKED_UNREGISTERED : 0);
+		}
+	}
+
+	/*
+	 * Jobs finished (their running rows left): each claim's end is parked
+	 * (its lease's release is the slots layer's), to be settled at COMMIT
+	 * PREPARED as fs_commit() settles it.  A ROLLBACK PREPARED leaves the
+	 * claim as it was.
+	 */
+	if (!refused)
+	{
+		ListCell   *lc;
+
+		foreach(lc, fs_xact.releases)
+		{
+			FsRelease  *rel = lfirst(lc);
+			FsParkedClaimEnd end;
+
+			if (n == FS_PREPARED_PARKED_PER_XACT + 1)
+				break;
+			memset(&effects[n], 0, sizeof(FsParkedEffect));
+			effects[n].kind = FS_PARKED_CLAIM_RELEASE;
+			effects[n].queue_id = rel->queue->queue_id;
+			strlcpy(effects[n].tenant, rel->tenant, FS_NAME_BUFLEN);
+			effects[n].object_id = rel->lease_id;
+			effects[n].value = (float8) rel->held_usecs / 1000.0;
+			effects[n].flags = (rel->released ? FS_PARKED_RELEASED : 0) |
+				(rel->charge_runtime ? FS_PARKED_CHARGE_RUNTIME : 0);
+			end.key = rel->key;
+			end.est_cost = rel->est_cost;
+			memcpy(effects[n].data, &end, sizeof(end));
+			n++;
+		}
+	}
 	if (refused)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot prepare a transaction that claimed or took rows of fair-dequeue queues, finished their jobs, or changed their registrations"),
-				 errhint("A prepared transaction may enqueue jobs; claim, take and finish them outside prepared transactions.")));
+				 errmsg("cannot prepare a transaction that claimed or took rows of fair-dequeue queues"),
+				 errhint("A prepared transaction may enqueue jobs, finish them and register queues; claim and take rows outside prepared transactions.")));
 	fs_prepared_park(effects, n);
 }
 
@@ -685,6 +838,14 @@ fs_fair_prepared_apply(const FsParkedEffect *effect)
 {
 	FsQueue    *queue = fs_queue_by_id(effect->queue_id);
 
+	/* As fs_commit() settles a TRUNCATE or a registration: forgotten. */
+	if (queue != NULL && (effect->flags & FS_PARKED_FORGET))
+	{
+		fs_fair_forget(queue);
+		if (effect->flags & FS_PARKED_UNREGISTERED)
+			fs_claim_map_remove_queue(queue->queue_id);
+		return;
+	}
 	if (queue == NULL || (effect->value == 0 && !(effect->flags & FS_PARKED_ROWS_ADDED)))
 		return;					/* nothing to count (probe starts only) */
 	if (!fs_barrier_entered(queue))
@@ -780,8 +941,10 @@ fs_track_init(void)
 	RegisterXactCallback(fs_track_xact_callback, NULL);
 	RegisterSubXactCallback(fs_track_subxact_callback, NULL);
 	fs_prepared_on_settle(FS_PARKED_BACKLOG, fs_fair_prepared_apply, NULL);
+	fs_prepared_on_settle(FS_PARKED_CLAIM_RELEASE, fs_fair_prepared_claim_end, NULL);
 	fs_prepared_on_commit_prepared(FS_PARKED_BACKLOG, fs_fair_prepared_before,
 								   fs_commit_frame_end);
 	/* A transaction prepared with no note kept: its enqueues are recounted. */
 	fs_prepared_on_commit(FS_PREPARED_COUNTS, fs_fair_count_again_all);
+	fs_prepared_on_commit(FS_PREPARED_REGISTRATIONS, fs_fair_registrations_published);
 }

@@ -918,17 +918,27 @@ fs_explain_tenant(FsFairDesc *desc, FsWait *w, Datum key, TimestampTz now, Memor
  * it is one of those; returns whether to look further.
  */
 static bool
-fs_explain_row(FsFairDesc *desc, FsWait *w, Datum key, const char *job_key, MemoryContext cxt)
+fs_explain_row(FsFairDesc **desc_p, FsWait *w, Datum key, const char *job_key, MemoryContext cxt)
 {
+	FsFairDesc *desc = *desc_p;
+	bool		found = false;
 	int			len;
 
-	if (!fs_explain_find_row(desc, key, w, cxt))
+	/* A distributed queue's row is in one of this node's shards, or not here. */
+	if (!desc->distributed)
+		found = fs_explain_find_row(desc, key, w, cxt);
+	for (int p = 0; desc->distributed && p < desc->nparts && !found; p++)
+		if ((found = fs_explain_find_row(&desc->parts[p], key, w, cxt)))
+			*desc_p = &desc->parts[p];
+	if (!found)
 	{
 		w->reason = FS_WAIT_NOT_FOUND;
-		appendStringInfo(&w->detail, "no row of %s has key %s: it was claimed and left the ready "
-						 "table, or never was there", desc->ready_name, job_key);
+		appendStringInfo(&w->detail, "no row of %s%s has key %s: it was claimed and left the ready "
+						 "table, or never was there", desc->ready_name,
+						 desc->distributed ? " in this node's shards" : "", job_key);
 		return false;
 	}
+	desc = *desc_p;
 	if (w->tenant != NULL)
 		fs_wait_set(w, FS_W_TENANT, CStringGetTextDatum(w->tenant));
 	switch (fs_explain_row_lock(w->relid, &w->tid))
@@ -1023,7 +1033,7 @@ fs_explain_wait(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	/* Results are ours, not SPI's: they outlive SPI_finish(). */
 	MemoryContextSwitchTo(cxt);
-	if (fs_explain_row(desc, &w, key, job_key, cxt))
+	if (fs_explain_row(&desc, &w, key, job_key, cxt))
 		fs_explain_tenant(desc, &w, key, now, cxt);
 	SPI_finish();
 

@@ -194,6 +194,9 @@ typedef struct FsFairQueue
 	pg_atomic_uint64 latency_sampled_at;	/* when a claim last measured the
 											 * oldest ready row's age */
 	uint32		limits_generation;	/* of the min_slots cached in the heap */
+	uint32		parts_signature;	/* of the shards (and definition) a Citus
+									 * node's queue was last counted over: a
+									 * backend that finds others recounts */
 	uint64		wal_version;	/* moves on with every fs_fair_changed() */
 	int32		nitems;
 	int32		nchunks;		/* chunks holding items 0 .. nitems - 1 */
@@ -336,6 +339,23 @@ typedef struct FsFairDesc
 	FsQueryText start_q;
 	HTAB	   *subkey_weights; /* fs_subkey_weights of the queue (subkeys.c) */
 	uint32		subkey_weights_generation;
+	/*
+	 * A queue on a table Citus distributes (`distributed`): this node's
+	 * shards of it, in hash order, each a part whose queries name the
+	 * shard's own table and return its rows as rows of the distributed
+	 * table (row_cast); the desc itself then has no query and no probe
+	 * starts.  A part holds the tenants whose hash is in its range
+	 * (fs_fair_part_of()).
+	 */
+	bool		distributed;
+	int			nparts;
+	struct FsFairDesc *parts;
+	int32		min_hash;		/* a part: its shard's hash range */
+	int32		max_hash;
+	const char *row_cast;		/* a part: the distributed table's name */
+	bool		tenant_keys;	/* keys are unique only with the tenant (a
+								 * distributed queue and its parts): a
+								 * claimed row is known by both */
 } FsFairDesc;
 
 /* One registration as the triggers of one relation see it. */
@@ -354,6 +374,9 @@ typedef struct FsRelRole
 	ExprState  *key;
 	ExprState  *running_filter; /* running side: bool, or NULL */
 	ExprState  *running_key;
+	ExprState  *running_tenant; /* a Citus shard's: its distribution column */
+	bool		tenant_keys;	/* keys are unique only with the tenant (a
+								 * Citus shard): rows are known by both */
 	Oid			run_as_owner;	/* evaluate as this role, or InvalidOid */
 } FsRelRole;
 
@@ -513,6 +536,8 @@ extern void fs_commit_barrier_open_mine(void);
 
 /* register.c */
 extern FsFairDesc *fs_fair_desc(const char *queue_name, bool missing_ok);
+extern FsFairDesc *fs_fair_part_of(FsFairDesc *desc, const char *tenant);
+extern void fs_fair_triggers_init(void);
 extern FsRelTriggers *fs_fair_rel_triggers(Relation rel);
 extern List *fs_fair_registered_queues(void);
 extern void fs_fair_check_owner(Oid relid, const char *queue_name);
@@ -539,16 +564,17 @@ extern bool fs_track_claimed_row(FsFairDesc *desc, const char *tenant, const cha
 extern ArrayType *fs_track_held_keys(FsFairDesc *desc);
 extern void fs_track_registration_changed(const char *queue_name, bool unregistered);
 extern void fs_track_truncated(const char *queue_name);
-extern bool fs_track_row_left(FsRelRole *role, Datum key);
-extern bool fs_track_row_moved(FsRelRole *role, Datum key, const char *subkey);
+extern bool fs_track_row_left(FsRelRole *role, Datum key, const char *tenant);
+extern bool fs_track_releasing(int64 lease_id);
+extern bool fs_track_row_moved(FsRelRole *role, Datum key, const char *tenant, const char *subkey);
 extern void fs_track_release(FsRelRole *role, const FsClaimEntry *entry, bool released,
 							 int64 held_usecs);
 extern void fs_delta_add(FsQueue *queue, const char *tenant, const char *subkey, int64 rows,
 						 int32 leaves, float8 charge);
 extern void fs_delta_reordered(FsQueue *queue, const char *tenant, const char *subkey);
 extern bool fs_track_made_ready(FsQueue *queue);
-extern void fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value,
-							  Oid type, int16 typlen, bool typbyval);
+extern void fs_claim_key_make(FsClaimKey *key, uint32 queue_id, Datum value, Oid type,
+							  int16 typlen, bool typbyval, const char *tenant);
 extern Size fs_claim_map_shmem_size(void);
 extern void fs_claim_map_shmem_init(void);
 extern int	fs_claim_map_sweep(bool at_once);

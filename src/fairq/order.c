@@ -1054,4 +1054,5 @@ fs_fairqueue_init(void)
 {
 	fs_fair_register_init();
 	fs_track_init();
+	fs_fair_triggers_init();
 }

@@ -525,29 +525,14 @@ fs_plan_settle(FsQueue *queue, FsPlan *plan, FsPlanTenant *pt, TimestampTz now,
 	fs_fair_change(queue, pt->name, false, &c);
 }
 
-/*
- * The queue's latency, for backpressure: the age of its oldest ready row
- * (min(enqueued_at) over the ready rows), measured by one claim a second at
- * most, across backends, and reported to the gate as fs_report_latency()
- * would.  Without enqueued_at, or with backpressure off, nothing is done.
- */
-void
-fs_fair_measure_latency(FsFairDesc *desc, TimestampTz now)
+/* The age of the oldest ready row of desc's table, in ms (0: none). */
+static float8
+fs_fair_oldest_ms(FsFairDesc *desc, TimestampTz now)
 {
-	FsFairQueue *fq = desc->fq;
 	MemoryContext cxt = CurrentMemoryContext;
-	uint64		last;
 	int			nest;
 	volatile int ret = 0;
-
-	if (desc->latency_plan == NULL || fq == NULL || desc->queue == NULL ||
-		fs_backpressure_latency_ms == 0)
-		return;
-	last = pg_atomic_read_u64(&fq->latency_sampled_at);
-	if (now - (TimestampTz) last < FS_LATENCY_SAMPLE_USECS && now >= (TimestampTz) last)
-		return;
-	if (!pg_atomic_compare_exchange_u64(&fq->latency_sampled_at, &last, (uint64) now))
-		return;					/* another backend measures it */
+	float8		latency_ms = 0;
 
 	PG_TRY();
 	{
@@ -564,10 +549,39 @@ fs_fair_measure_latency(FsFairDesc *desc, TimestampTz now)
 	{
 		bool		isnull;
 		Datum		oldest = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		float8		latency_ms = 0;
 
 		if (!isnull)
 			latency_ms = Max((float8) (now - DatumGetTimestampTz(oldest)) / 1000.0, 0.0);
-		fs_gate_set_latency(desc->queue, latency_ms, now);
 	}
+	return latency_ms;
+}
+
+/*
+ * The queue's latency, for backpressure: the age of its oldest ready row
+ * (min(enqueued_at) over the ready rows), measured by one claim a second at
+ * most, across backends, and reported to the gate as fs_report_latency()
+ * would.  Without enqueued_at, or with backpressure off, nothing is done.
+ */
+void
+fs_fair_measure_latency(FsFairDesc *desc, TimestampTz now)
+{
+	FsFairQueue *fq = desc->fq;
+	uint64		last;
+	float8		latency_ms = 0;
+
+	if (desc->enqueued_at == NULL || fq == NULL || desc->queue == NULL ||
+		fs_backpressure_latency_ms == 0)
+		return;
+	last = pg_atomic_read_u64(&fq->latency_sampled_at);
+	if (now - (TimestampTz) last < FS_LATENCY_SAMPLE_USECS && now >= (TimestampTz) last)
+		return;
+	if (!pg_atomic_compare_exchange_u64(&fq->latency_sampled_at, &last, (uint64) now))
+		return;					/* another backend measures it */
+
+	/* A distributed queue's: the oldest of this node's shards. */
+	if (!desc->distributed)
+		latency_ms = fs_fair_oldest_ms(desc, now);
+	for (int p = 0; desc->distributed && p < desc->nparts; p++)
+		latency_ms = Max(latency_ms, fs_fair_oldest_ms(&desc->parts[p], now));
+	fs_gate_set_latency(desc->queue, latency_ms, now);
 }

@@ -76,6 +76,7 @@
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
 
+#include "core/cluster.h"
 #include "core/subxact.h"
 #include "fairq/fairqueue_int.h"
 #include "fairq/register_int.h"
@@ -149,6 +150,7 @@ fs_spi_as_extension_owner(const char *sql, int nargs, Oid *argtypes, Datum *valu
 }
 
 static void fs_unregister_row(HeapTuple old, TupleDesc old_desc, const char *queue);
+static void fs_registration_unpublish(const char *queue);
 
 /* The extension's schema, quoted, for fairshare's own queries. */
 const char *
@@ -514,7 +516,10 @@ fs_registration_check_key(FsRegistration *reg, Relation ready)
 		index_order = lcons(item, list_copy(reg->order));
 	}
 	fs_run_as_begin(&as_owner, ready->rd_rel->relowner, 0);
-	key_unique = fs_key_is_unique(ready, reg->key);
+	key_unique = fs_key_is_unique(ready, reg->key,
+								  fs_cluster_is_distributed(RelationGetRelid(ready)) &&
+								  IsA(fs_strip_relabel(reg->tenant), Var) ?
+								  ((Var *) fs_strip_relabel(reg->tenant))->varattno : 0);
 	reg->indexoid = key_unique ? fs_find_index(ready, reg->tenant, index_order, reg->ready_quals) :
 		InvalidOid;
 	fs_run_as_end(&as_owner);
@@ -569,6 +574,73 @@ static inline Datum
 fs_text_or_null_datum(const char *s)
 {
 	return s ? CStringGetTextDatum(s) : (Datum) 0;
+}
+
+/*
+ * A queue on Citus's distributed tables (registered on the coordinator,
+ * fs_open_table() checked): each node serves the tenants whose shards it
+ * holds, so the ready table must be distributed by the tenant and colocated
+ * with fs_citus_setup()'s table, and a running table with it too.  Local and
+ * distributed tables do not mix: a row and its running row must be on the
+ * same node.
+ */
+static void
+fs_registration_check_cluster(FsRegistration *reg, Relation ready, Relation running)
+{
+	bool		distributed = fs_cluster_is_distributed(RelationGetRelid(ready));
+	Node	   *tenant = fs_strip_relabel(reg->tenant);
+	char	   *problem;
+
+	if (running != NULL && running != ready &&
+		fs_cluster_is_distributed(RelationGetRelid(running)) != distributed)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("queue \"%s\" has one table distributed by Citus and one not", reg->queue),
+				 errhint("Distribute both, colocated, or neither.")));
+	if (!distributed)
+		return;
+	for (int i = 0; i < 2; i++)
+	{
+		Relation	rel = i == 0 ? ready : running;
+
+		if (rel == NULL)
+			continue;
+		/* Its partitions' shards would fire triggers fairshare could not place. */
+		if (rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("table %s of queue \"%s\" is partitioned and distributed by Citus, which fair dequeue does not serve",
+							RelationGetRelationName(rel), reg->queue),
+					 errhint("Distribute a table that is not partitioned.")));
+		/* A shard is named <table>_<shard id>; Citus shortens longer names. */
+		if (strlen(RelationGetRelationName(rel)) + 1 + MAXINT8LEN >= NAMEDATALEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_NAME_TOO_LONG),
+					 errmsg("the name of table %s of queue \"%s\" is too long for its shards' names",
+							RelationGetRelationName(rel), reg->queue),
+					 errhint("Give the table a name of at most %d bytes.",
+							 NAMEDATALEN - 2 - MAXINT8LEN)));
+	}
+	problem = fs_cluster_queue_table_problem(RelationGetRelid(ready),
+											 tenant != NULL && IsA(tenant, Var) ?
+											 ((Var *) tenant)->varattno : 0);
+	if (problem != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ready_table of queue \"%s\" cannot be served across the cluster: %s",
+						reg->queue, problem),
+				 errhint("Distribute it by its tenant column, colocated with the table of fs_citus_setup(), "
+						 "and pass that column as tenant.")));
+	if (running != NULL && running != ready)
+	{
+		problem = fs_cluster_queue_table_problem(RelationGetRelid(running), -1);
+		if (problem != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("running_table of queue \"%s\" cannot be served across the cluster: %s",
+							reg->queue, problem),
+					 errhint("Distribute it by its tenant column, colocated with the ready table.")));
+	}
 }
 
 /* Store the registration's row, as the extension's owner (the caller's rights were checked). */
@@ -630,6 +702,98 @@ fs_registration_store(const FsRegistration *reg)
 	fs_spi_as_extension_owner(sql.data, nargs, argtypes, values, nulls);
 }
 
+/* The columns of fs_cluster_queues, in order (fs_registration_publish()). */
+#define FS_CLUSTER_QUEUE_COLUMNS \
+	"queue, ready_table, tenant, order_by, ready_filter, claim_filter, key, key_type," \
+	" running_table, running_filter, running_key, cost, enqueued_at, charge_runtime," \
+	" ready_index, index_created, registered_by, selector, max_slots, lease, subkey"
+#define FS_CLUSTER_QUEUE_NCOLUMNS 21
+
+/* A table's name as text that means it on every node: schema-qualified. */
+#define FS_QUALIFIED_SQL(column) \
+	"(SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname) FROM pg_catalog.pg_class c" \
+	" JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace" \
+	" WHERE c.oid OPERATOR(pg_catalog.=) q." column "::pg_catalog.oid)"
+
+/*
+ * Publish queue `queue`'s registration, on a distributed table, to every
+ * node of the Citus cluster: its row of fs_fair_queues as text in the
+ * reference table fs_cluster_queues, which Citus writes on every node in
+ * this transaction, where its trigger writes the node's own row of
+ * fs_fair_queues.  (On the coordinator that trigger writes the row just
+ * stored again, with the same values.)
+ */
+static void
+fs_registration_publish(const char *queue)
+{
+	Oid			argtypes[FS_CLUSTER_QUEUE_NCOLUMNS];
+	Datum		values[FS_CLUSTER_QUEUE_NCOLUMNS];
+	char		nulls[FS_CLUSTER_QUEUE_NCOLUMNS];
+	Oid			qtype[1] = {TEXTOID};
+	Datum		qvalue[1];
+	StringInfoData sql;
+	HeapTuple	row;
+	TupleDesc	rowdesc;
+
+	qvalue[0] = CStringGetTextDatum(queue);
+	fs_spi(psprintf("SELECT q.queue, " FS_QUALIFIED_SQL("ready_table") ", q.tenant, q.order_by,"
+					" q.ready_filter, q.claim_filter, q.key, pg_catalog.format_type(q.key_type, NULL),"
+					" " FS_QUALIFIED_SQL("running_table") ", q.running_filter, q.running_key, q.cost,"
+					" q.enqueued_at, q.charge_runtime, " FS_QUALIFIED_SQL("ready_index") ","
+					" q.index_created, q.registered_by::pg_catalog.text, q.selector, q.max_slots,"
+					" q.lease, q.subkey"
+					"  FROM %s.fs_fair_queues q WHERE q.queue OPERATOR(pg_catalog.=) $1",
+					fs_ext_schema()),
+		   1, qtype, qvalue, NULL, false);
+	if (SPI_processed != 1)
+		elog(ERROR, "the registration of queue \"%s\" was not stored", queue);
+	row = SPI_copytuple(SPI_tuptable->vals[0]);
+	rowdesc = CreateTupleDescCopy(SPI_tuptable->tupdesc);
+	Assert(rowdesc->natts == FS_CLUSTER_QUEUE_NCOLUMNS);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s.fs_cluster_queues (" FS_CLUSTER_QUEUE_COLUMNS ") VALUES (",
+					 fs_ext_schema());
+	for (int i = 0; i < FS_CLUSTER_QUEUE_NCOLUMNS; i++)
+	{
+		bool		isnull;
+
+		argtypes[i] = TupleDescAttr(rowdesc, i)->atttypid;
+		values[i] = SPI_getbinval(row, rowdesc, i + 1, &isnull);
+		nulls[i] = isnull ? 'n' : ' ';
+		appendStringInfo(&sql, "%s$%d", i > 0 ? ", " : "", i + 1);
+	}
+	appendStringInfoChar(&sql, ')');
+	fs_registration_unpublish(queue);
+	fs_spi_as_extension_owner(sql.data, FS_CLUSTER_QUEUE_NCOLUMNS, argtypes, values, nulls);
+}
+
+/*
+ * Take queue `queue`'s registration back from the nodes of the Citus
+ * cluster, if it was published there (on the coordinator only: a node's
+ * own drop of the table removes the node's row).
+ */
+static void
+fs_registration_unpublish(const char *queue)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+
+	if (fs_cluster_absent || fs_cluster_group() != 0 ||
+		!OidIsValid(get_relname_relid("fs_cluster_queues", get_namespace_oid(fs_extension_schema(), false))))
+		return;
+	values[0] = CStringGetTextDatum(queue);
+	/* Read where it is (this node's placement); write everywhere only if needed. */
+	fs_spi(psprintf("SELECT FROM %s.fs_cluster_queues WHERE queue OPERATOR(pg_catalog.=) $1",
+					fs_ext_schema()),
+		   1, argtypes, values, NULL, false);
+	if (SPI_processed == 0)
+		return;
+	fs_spi_as_extension_owner(psprintf("DELETE FROM %s.fs_cluster_queues"
+									   " WHERE queue OPERATOR(pg_catalog.=) $1",
+									   fs_ext_schema()),
+							  1, argtypes, values, NULL);
+}
+
 /*
  * fs_register_queue(queue, ready_table, tenant, order_by, filter, key,
  *					 running_table, running_filter, running_key, cost,
@@ -685,6 +849,7 @@ fs_register_queue(PG_FUNCTION_ARGS)
 	}
 
 	fs_registration_compile(&reg, ready, running);
+	fs_registration_check_cluster(&reg, ready, running);
 	fs_registration_check_key(&reg, ready);
 	namespace = RelationGetNamespace(ready);
 
@@ -695,6 +860,10 @@ fs_register_queue(PG_FUNCTION_ARGS)
 
 	fs_registration_make_index(&reg, namespace);
 	fs_registration_store(&reg);
+	if (fs_cluster_is_distributed(reg.ready_relid))
+		fs_registration_publish(reg.queue);
+	else
+		fs_registration_unpublish(reg.queue);
 
 	/* An index this queue created before and no longer uses. */
 	if (old_index_created && old_index != reg.indexoid)
@@ -739,6 +908,18 @@ fs_unregister_queue(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	}
 	fs_check_may_replace(old, old_desc, queue, "unregister it");
+	{
+		Oid			ready_relid = fs_row_oid(old, old_desc, "ready_table");
+
+		/* A distributed queue is everywhere: it ends everywhere, from the coordinator. */
+		if (OidIsValid(ready_relid) && fs_cluster_is_distributed(ready_relid) &&
+			fs_cluster_group() != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("queue \"%s\" is on a table Citus distributes, and this is not the coordinator",
+							queue),
+					 errhint("Unregister it on the coordinator: every node then drops it.")));
+	}
 	fs_unregister_row(old, old_desc, queue);
 	SPI_finish();
 	PG_RETURN_BOOL(true);
@@ -767,6 +948,7 @@ fs_unregister_row(HeapTuple old, TupleDesc old_desc, const char *queue)
 	fs_spi_as_extension_owner(psprintf("DELETE FROM %s.fs_fair_queues WHERE queue = $1",
 									   fs_ext_schema()),
 							  1, argtypes, values, NULL);
+	fs_registration_unpublish(queue);
 	if (index_created)
 		fs_drop_created_index(indexoid, queue);
 	fs_sync_triggers(ready_relid);

@@ -17,6 +17,7 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/partition.h"
@@ -57,6 +58,7 @@
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 
+#include "core/cluster.h"
 #include "core/subxact.h"
 #include "fairq/fairqueue_int.h"
 #include "fairq/register_int.h"
@@ -86,8 +88,13 @@ fs_invalidate_caches(Oid relid)
 
 		hash_seq_init(&seq, fs_descs);
 		while ((desc = hash_seq_search(&seq)) != NULL)
+		{
 			if (!OidIsValid(relid) || desc->ready_relid == relid || desc->running_relid == relid)
 				desc->valid = false;
+			for (int i = 0; i < desc->nparts; i++)
+				if (desc->parts[i].ready_relid == relid)
+					desc->valid = false;
+		}
 	}
 	if (fs_rel_cache != NULL)
 	{
@@ -156,9 +163,9 @@ fs_prepare(FsFairDesc *desc, FsQueryText *q, int nargs, Oid *argtypes, int curso
 	return plan;
 }
 
-/* Free a cached registration: its prepared plans, then its memory. */
+/* Free a desc's prepared plans, and forget their texts. */
 static void
-fs_desc_free(FsFairDesc *desc)
+fs_desc_free_plans(FsFairDesc *desc)
 {
 	if (desc->claim_plan)
 		SPI_freeplan(desc->claim_plan);
@@ -184,6 +191,21 @@ fs_desc_free(FsFairDesc *desc)
 	memset(&desc->leaf_q, 0, sizeof(FsQueryText));
 	memset(&desc->star_q, 0, sizeof(FsQueryText));
 	memset(&desc->start_q, 0, sizeof(FsQueryText));
+}
+
+/* Free a cached registration: its parts' plans and its own, then its memory. */
+static void
+fs_desc_free(FsFairDesc *desc)
+{
+	for (int i = 0; i < desc->nparts; i++)
+		fs_desc_free_plans(&desc->parts[i]);
+	desc->parts = NULL;
+	desc->nparts = 0;
+	desc->distributed = false;
+	desc->tenant_keys = false;
+	desc->row_cast = NULL;
+	desc->min_hash = desc->max_hash = 0;
+	fs_desc_free_plans(desc);
 	/* The weights' table lives in cxt. */
 	desc->subkey_weights = NULL;
 	desc->subkey_weights_generation = 0;
@@ -266,6 +288,23 @@ fs_q_cost(FsFairDesc *desc, FsQueryText *q, StringInfo buf)
 	fs_q_sql(buf, "))::pg_catalog.float8");
 }
 
+/*
+ * "fairshare_row AS fs_row": the row, as a row of the distributed table for
+ * a part (whose table is a shard of it).
+ */
+static void
+fs_q_row(FsFairDesc *desc, FsQueryText *q, StringInfo buf)
+{
+	if (desc->row_cast == NULL)
+	{
+		fs_q_sql(buf, FS_ROW_ALIAS " AS fs_row");
+		return;
+	}
+	fs_q_sql(buf, "ROW(" FS_ROW_ALIAS ".*)::");
+	fs_q_piece(q, buf, "ready_table", desc->row_cast);
+	fs_q_sql(buf, " AS fs_row");
+}
+
 /* "FROM <ready table> fairshare_row" */
 static void
 fs_q_from(FsFairDesc *desc, FsQueryText *q, StringInfo buf)
@@ -281,6 +320,28 @@ fs_q_paren(FsQueryText *q, StringInfo buf, const char *piece, const char *text)
 {
 	fs_q_sql(buf, "(");
 	fs_q_piece(q, buf, piece, text);
+	fs_q_sql(buf, ")");
+}
+
+/*
+ * A row as the held keys name it (fs_track_held_keys()): its key, or with
+ * keys unique only with the tenant, the text "<length of tenant>:<tenant><key>".
+ */
+static void
+fs_q_held_key(FsFairDesc *desc, FsQueryText *q, StringInfo buf)
+{
+	if (!desc->tenant_keys)
+	{
+		fs_q_paren(q, buf, "key", desc->key);
+		return;
+	}
+	/* format()'s %s is the type's output function, as fs_track_held_keys()'s text. */
+	fs_q_sql(buf, "pg_catalog.format('%s:%s%s', pg_catalog.length(");
+	fs_q_paren(q, buf, "tenant", desc->tenant);
+	fs_q_sql(buf, "), ");
+	fs_q_paren(q, buf, "tenant", desc->tenant);
+	fs_q_sql(buf, ", ");
+	fs_q_paren(q, buf, "key", desc->key);
 	fs_q_sql(buf, ")");
 }
 
@@ -382,7 +443,8 @@ fs_desc_prepare_fair(FsFairDesc *desc, FsQueryText *q, FsClaimShape shape, Oid k
 	fs_q_paren(q, &buf, "key", desc->key);
 	fs_q_sql(&buf, " AS fs_key, ");
 	fs_q_cost(desc, q, &buf);
-	fs_q_sql(&buf, " AS fs_cost, " FS_ROW_ALIAS " AS fs_row");
+	fs_q_sql(&buf, " AS fs_cost, ");
+	fs_q_row(desc, q, &buf);
 	fs_q_from(desc, q, &buf);
 	fs_q_sql(&buf, "    WHERE ");
 	fs_q_paren(q, &buf, "tenant", desc->tenant);
@@ -411,7 +473,7 @@ fs_desc_prepare_fair(FsFairDesc *desc, FsQueryText *q, FsClaimShape shape, Oid k
 		fs_q_start_bound(desc, q, &buf, "p.fs_start", 0);
 	fs_q_where_tail(desc, q, &buf, true);
 	appendStringInfo(&buf, "      AND ($%d IS NULL OR ", held);
-	fs_q_paren(q, &buf, "key", desc->key);
+	fs_q_held_key(desc, q, &buf);
 	appendStringInfo(&buf, " <> ALL ($%d))", held);
 	fs_q_selection(desc, q, &buf, held + 1, held + 2);
 	fs_q_sql(&buf, "    ORDER BY ");
@@ -504,7 +566,7 @@ fs_desc_prepare_start(FsFairDesc *desc)
 static void
 fs_desc_prepare(FsFairDesc *desc)
 {
-	Oid			keys_type = get_array_type(desc->key_type);
+	Oid			keys_type = desc->tenant_keys ? TEXTARRAYOID : get_array_type(desc->key_type);
 	Oid			fifo_types[4] = {INT8OID, keys_type, TEXTARRAYOID, TEXTARRAYOID};
 	StringInfoData buf;
 	FsQueryText *q;
@@ -527,10 +589,11 @@ fs_desc_prepare(FsFairDesc *desc)
 	fs_q_paren(q, &buf, "key", desc->key);
 	fs_q_sql(&buf, " AS fs_key, ");
 	fs_q_cost(desc, q, &buf);
-	fs_q_sql(&buf, " AS fs_cost, " FS_ROW_ALIAS " AS fs_row");
+	fs_q_sql(&buf, " AS fs_cost, ");
+	fs_q_row(desc, q, &buf);
 	fs_q_from(desc, q, &buf);
 	fs_q_sql(&buf, " WHERE ($2 IS NULL OR ");
-	fs_q_paren(q, &buf, "key", desc->key);
+	fs_q_held_key(desc, q, &buf);
 	fs_q_sql(&buf, " <> ALL ($2))");
 	fs_q_selection(desc, q, &buf, 3, 4);
 	fs_q_where_tail(desc, q, &buf, true);
@@ -876,6 +939,123 @@ fs_row_lease(HeapTuple row, TupleDesc rowdesc)
 }
 
 /*
+ * A queue on a table Citus distributes: a part for each of its shards on
+ * this node, with the queries of the desc naming the shard's table, and no
+ * probe starts (their values are kept per queue, of one table).  When the
+ * shards (or the definition) differ from those the queue was last counted
+ * over, the queue is counted again: a shard moved here brings rows no
+ * trigger counted, one moved away takes its rows.
+ */
+static void
+fs_desc_prepare_parts(FsFairDesc *desc)
+{
+	FsLocalShard *shards;
+	int			n = fs_cluster_local_shards(desc->ready_relid, &shards);
+	uint32		signature;
+
+	desc->distributed = true;
+	desc->tenant_keys = true;
+	desc->start_ncols = 0;
+	desc->parts = MemoryContextAllocZero(desc->cxt, sizeof(FsFairDesc) * Max(n, 1));
+	signature = hash_bytes((const unsigned char *) desc->tenant, strlen(desc->tenant));
+	if (desc->ready_filter != NULL)
+		signature = hash_combine(signature, hash_bytes((const unsigned char *) desc->ready_filter,
+													   strlen(desc->ready_filter)));
+	for (int i = 0; i < n; i++)
+	{
+		FsFairDesc *part = &desc->parts[i];
+
+		memcpy(part, desc, sizeof(FsFairDesc));
+		part->distributed = false;
+		part->parts = NULL;
+		part->nparts = 0;
+		part->ready_relid = shards[i].relid;
+		part->ready_name = MemoryContextStrdup(desc->cxt, fs_qualified_name(shards[i].relid));
+		part->row_cast = desc->ready_name;
+		part->min_hash = shards[i].min_hash;
+		part->max_hash = shards[i].max_hash;
+		desc->nparts = i + 1;	/* its plans are freed with the desc's, also on error */
+		fs_desc_prepare(part);
+		signature = hash_combine(signature, hash_bytes((const unsigned char *) &shards[i].shard_id,
+													   sizeof(int64)));
+	}
+
+	/*
+	 * The count query of the node's tenants: each shard's, one after the
+	 * other (a tenant's rows are in one shard; a recount adds up rows of a
+	 * name anyway).
+	 */
+	{
+		FsQueryText *q = &desc->count_q;
+		StringInfoData buf;
+
+		fs_q_begin(desc, q, &buf);
+		for (int i = 0; i < desc->nparts; i++)
+		{
+			if (i > 0)
+				fs_q_sql(&buf, " UNION ALL ");
+			fs_q_sql(&buf, "(");
+			fs_q_sql(&buf, desc->parts[i].count_q.sql);
+			fs_q_sql(&buf, ")");
+		}
+		if (desc->nparts == 0)
+			fs_q_sql(&buf, desc->subkey != NULL ?
+					 "SELECT NULL::pg_catalog.text, 0::pg_catalog.int8, NULL::pg_catalog.text WHERE false" :
+					 "SELECT NULL::pg_catalog.text, 0::pg_catalog.int8 WHERE false");
+		fs_q_end(q, &buf);
+		desc->count_plan = fs_prepare(desc, q, 0, NULL, 0, "count query");
+		/* What is counted: the shards, and every piece of the definition in it. */
+		signature = hash_combine(signature, hash_bytes((const unsigned char *) q->sql,
+													   strlen(q->sql)));
+	}
+	signature |= 1;				/* 0: never counted over parts */
+	if (desc->fq != NULL)
+	{
+		bool		changed;
+
+		LWLockAcquire(desc->fq->lock, LW_SHARED);
+		changed = desc->fq->parts_signature != signature;
+		LWLockRelease(desc->fq->lock);
+		if (changed)
+		{
+			LWLockAcquire(desc->fq->lock, LW_EXCLUSIVE);
+			desc->fq->parts_signature = signature;
+			LWLockRelease(desc->fq->lock);
+			fs_fair_count_again(desc->queue);
+		}
+	}
+}
+
+/*
+ * The desc whose table holds `tenant`'s rows: `desc` itself, or for a
+ * distributed queue the part whose hash range holds the tenant, NULL when
+ * no shard of this node does (the tenant is another node's).
+ */
+FsFairDesc *
+fs_fair_part_of(FsFairDesc *desc, const char *tenant)
+{
+	int32		hash;
+	int			lo = 0;
+	int			hi = desc->nparts - 1;
+
+	if (!desc->distributed)
+		return desc;
+	hash = fs_cluster_hash(tenant);
+	while (lo <= hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		if (hash < desc->parts[mid].min_hash)
+			hi = mid - 1;
+		else if (hash > desc->parts[mid].max_hash)
+			lo = mid + 1;
+		else
+			return &desc->parts[mid];
+	}
+	return NULL;
+}
+
+/*
  * The registration of `queue_name`, loaded (and its queries prepared) if the
  * cached one is stale.  Not registered: NULL if missing_ok, else an error.
  */
@@ -948,7 +1128,10 @@ fs_fair_desc(const char *queue_name, bool missing_ok)
 	desc->lease_usecs = fs_row_lease(row, rowdesc);
 	desc->queue = fs_queue_lookup(queue_name, true);
 	desc->fq = desc->queue != NULL ? fs_fair_queue(desc->queue) : NULL;
-	fs_desc_prepare(desc);
+	if (fs_cluster_is_distributed(desc->ready_relid))
+		fs_desc_prepare_parts(desc);
+	else
+		fs_desc_prepare(desc);
 	SPI_finish();
 
 	desc->generation = generation;
@@ -1063,6 +1246,31 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 													 SPI_fnumber(rowdesc, "running_key")),
 										rel, FS_EXPR_RUNNING_KEY, queue, &user_code);
 	}
+
+	/*
+	 * A Citus shard: keys are unique only with the tenant, which the
+	 * running side reads from its distribution column (fs_register_queue()
+	 * has the running table colocated with the ready table).
+	 */
+	if (!fs_cluster_absent)
+	{
+		Oid			distributed = fs_cluster_shard_parent(RelationGetRelid(rel));
+
+		role->tenant_keys = OidIsValid(distributed);
+		if (role->tenant_keys && !ready_side)
+		{
+			char	   *column = fs_cluster_distribution_column(distributed);
+
+			if (column == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("running table %s of queue \"%s\" has no distribution column",
+								get_rel_name(distributed), queue),
+						 errhint("Distribute it by its tenant column, colocated with the ready table.")));
+			role->running_tenant = fs_rel_expr(quote_identifier(column), rel, FS_EXPR_TENANT,
+											   queue, &user_code);
+		}
+	}
 	fs_rel_key_type(role, ready_side ? role->key : role->running_key,
 					fs_row_oid(row, rowdesc, "key_type"), rel);
 
@@ -1124,7 +1332,8 @@ fs_rel_role_guarded(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation 
 /*
  * What the triggers of `rel` evaluate: every registration whose ready or
  * running table is rel or one of its ancestors (a partition fires the
- * triggers cloned from its parent), compiled against rel itself.
+ * triggers cloned from its parent; a Citus shard those Citus copied from
+ * its distributed table), compiled against rel itself.
  */
 FsRelTriggers *
 fs_fair_rel_triggers(Relation rel)
@@ -1180,6 +1389,14 @@ fs_fair_rel_triggers(Relation rel)
 	family = list_make1_oid(relid);
 	if (rel->rd_rel->relispartition)
 		family = list_concat(family, get_partition_ancestors(relid));
+	/* A Citus shard fires the triggers of its distributed table. */
+	if (!fs_cluster_absent)
+	{
+		Oid			distributed = fs_cluster_shard_parent(relid);
+
+		if (OidIsValid(distributed))
+			family = lappend_oid(family, distributed);
+	}
 	elems = palloc(sizeof(Datum) * list_length(family));
 	i = 0;
 	foreach(lc, family)

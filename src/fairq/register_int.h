@@ -11,6 +11,10 @@
 
 #include "fairq/fairqueue_int.h"
 
+/* fairshare's row triggers on a ready and a running table (triggers.c looks for Citus's copies). */
+#define FS_TRIGGER_READY	"fs_fair_ready"
+#define FS_TRIGGER_RUN		"fs_fair_running"
+
 /* The alias of the ready table in every query fairshare builds. */
 #define FS_ROW_ALIAS		"fairshare_row"
 
@@ -49,7 +53,7 @@ extern Relation fs_open_table(Oid relid, const char *what, const char *queue_nam
 extern char *fs_primary_key(Relation rel, const char *queue_name);
 extern Node *fs_strip_relabel(Node *node);
 extern Oid fs_find_index(Relation rel, Node *tenant, List *order, List *ready_quals);
-extern bool fs_key_is_unique(Relation rel, Node *key);
+extern bool fs_key_is_unique(Relation rel, Node *key, AttrNumber tenant_attnum);
 extern char *fs_index_definition(Relation rel, const char *name, Node *tenant, List *order, const char *ready_filter);
 extern int fs_spi(const char *sql, int nargs, Oid *argtypes, Datum *values, const char *nulls, bool read_only);
 extern const char *fs_ext_schema(void);

@@ -648,13 +648,14 @@ fs_open_table(Oid relid, const char *what, const char *queue_name)
 				 errmsg("%s of queue \"%s\" has a column named \"%s\", a name fairshare reserves",
 						what, queue_name, FS_ROW_ALIAS),
 				 errhint("Rename that column.")));
-	if (fs_cluster_is_distributed(relid))
+	/* Citus copies the triggers and index to the shards from there only. */
+	if (fs_cluster_is_distributed(relid) && fs_cluster_group() != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s of queue \"%s\" is distributed by Citus, which fair dequeue does not serve",
+				 errmsg("%s of queue \"%s\" is distributed by Citus, and this is not the coordinator",
 						what, queue_name),
-				 errhint("Register a local table (of the coordinator, or of one node); slots, budgets, "
-						 "limits, the gate and schedules do work across the cluster.")));
+				 errhint("Register the queue on the coordinator: every node then serves the tenants "
+						 "whose shards it holds.")));
 	fs_fair_check_owner(relid, queue_name);
 	return rel;
 }
@@ -824,7 +825,7 @@ fs_expr_not_null(Relation rel, Node *expr)
  * a primary key's are).  Run as the table's owner (it folds expressions).
  */
 bool
-fs_key_is_unique(Relation rel, Node *key)
+fs_key_is_unique(Relation rel, Node *key, AttrNumber tenant_attnum)
 {
 	List	   *indexes = RelationGetIndexList(rel);
 	Node	   *core = fs_strip_relabel(key);
@@ -838,8 +839,25 @@ fs_key_is_unique(Relation rel, Node *key)
 		bool		ok;
 
 		ok = ind->indisunique && ind->indimmediate && ind->indisvalid && ind->indisready &&
-			ind->indislive && ind->indnkeyatts == 1 && RelationGetIndexPredicate(idx) == NIL;
-		if (ok && ind->indkey.values[0] != 0)
+			ind->indislive && RelationGetIndexPredicate(idx) == NIL;
+		/*
+		 * A table Citus distributes has unique indexes that include its
+		 * distribution column: there the key is unique with the tenant,
+		 * (tenant, key) in either order.
+		 */
+		if (ok && ind->indnkeyatts == 2 && tenant_attnum > 0)
+		{
+			AttrNumber	a = ind->indkey.values[0];
+			AttrNumber	b = ind->indkey.values[1];
+			AttrNumber	k = IsA(core, Var) ? ((Var *) core)->varattno : 0;
+
+			ok = k > 0 && ((a == tenant_attnum && b == k) || (a == k && b == tenant_attnum)) &&
+				TupleDescAttr(RelationGetDescr(rel), k - 1)->attnotnull &&
+				TupleDescAttr(RelationGetDescr(rel), tenant_attnum - 1)->attnotnull;
+		}
+		else if (ok && ind->indnkeyatts != 1)
+			ok = false;
+		else if (ok && ind->indkey.values[0] != 0)
 			ok = IsA(core, Var) && ((Var *) core)->varattno == ind->indkey.values[0] &&
 				TupleDescAttr(RelationGetDescr(rel), ind->indkey.values[0] - 1)->attnotnull;
 		else if (ok)

@@ -21,16 +21,16 @@
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 
+#include "core/cluster.h"
 #include "core/run_as.h"
 #include "fairq/register_int.h"
 
 /* Names of the triggers fairshare puts on registered tables. */
-#define FS_TRIGGER_READY	"fs_fair_ready"
 #define FS_TRIGGER_READY_T	"fs_fair_ready_truncate"
-#define FS_TRIGGER_RUN		"fs_fair_running"
 #define FS_TRIGGER_RUN_T	"fs_fair_running_truncate"
 
 /* Add the columns `text` (compiled against rel) reads to *cols. */
@@ -363,9 +363,18 @@ fs_sync_triggers(Oid relid)
 	int			ntables;
 	int			t;
 	int			u;
+	int			nest;
 
 	if (get_rel_name(relid) == NULL)
 		return;					/* dropped: its triggers went with it */
+	/*
+	 * Citus copies a distributed table's triggers to its shards, where the
+	 * rows are, only when told that triggers are wanted there.
+	 */
+	nest = fs_search_path_begin();
+	if (fs_cluster_is_distributed(relid))
+		(void) set_config_option("citus.enable_unsafe_triggers", "on", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
 	homes = fs_trigger_tree(relid, &ntables);
 	regs = SPI_tuptable;
 	nregs = SPI_processed;
@@ -395,4 +404,5 @@ fs_sync_triggers(Oid relid)
 		if (ready_home || running_home)
 			fs_make_home_triggers(homes[t].relid, ready_home, running_home, regs, nregs);
 	}
+	fs_search_path_end(nest);
 }

@@ -33,6 +33,7 @@
 #include "postgres.h"
 
 #include "common/hashfn.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/lsyscache.h"
@@ -343,7 +344,7 @@ fs_track_claimed_row(FsFairDesc *desc, const char *tenant, const char *subkey, D
 	fs_xact_begin();
 	memset(&xkey, 0, sizeof(xkey));
 	fs_claim_key_make(&xkey.claim, desc->queue->queue_id, key, desc->key_type, desc->key_len,
-					  desc->key_byval);
+					  desc->key_byval, desc->tenant_keys ? tenant : NULL);
 	xkey.type = desc->key_type;
 	old = MemoryContextSwitchTo(fs_xact.cxt);
 	FS_FAULT_POINT("claim_track_row");
@@ -390,11 +391,18 @@ fs_track_held_keys(FsFairDesc *desc)
 	bool		typbyval;
 	char		typalign;
 	uint32		key_expr;
+	Oid			output = InvalidOid;
 
 	if (!fs_xact.active || desc->queue == NULL || hash_get_num_entries(fs_xact.claimed) == 0)
 		return NULL;
 	values = palloc(sizeof(Datum) * hash_get_num_entries(fs_xact.claimed));
 	key_expr = fs_key_expr_hash(desc);
+	if (desc->tenant_keys)
+	{
+		bool		varlena;
+
+		getTypeOutputInfo(desc->key_type, &output, &varlena);
+	}
 	hash_seq_init(&seq, fs_xact.claimed);
 	while ((row = hash_seq_search(&seq)) != NULL)
 		if (row->queue == desc->queue && row->left_subid == 0)
@@ -416,10 +424,18 @@ fs_track_held_keys(FsFairDesc *desc)
 								   format_type_be(row->key.type)),
 						 errhint("Commit or roll back the transaction before claiming from the queue again.")));
 			}
-			values[n++] = row->value;
+			if (desc->tenant_keys)
+				values[n++] = CStringGetTextDatum(psprintf("%d:%s%s",
+														   pg_mbstrlen(row->tenant), row->tenant,
+														   OidOutputFunctionCall(output, row->value)));
+			else
+				values[n++] = row->value;
 		}
 	if (n == 0)
 		return NULL;
+	/* Keys unique only with the tenant: named with it, as text (fs_q_held_key()). */
+	if (desc->tenant_keys)
+		return construct_array(values, n, TEXTOID, -1, false, TYPALIGN_INT);
 	get_typlenbyvalalign(desc->key_type, &typlen, &typbyval, &typalign);
 	return construct_array(values, n, desc->key_type, typlen, typbyval, typalign);
 }
@@ -436,11 +452,37 @@ fs_track_registration_changed(const char *queue_name, bool unregistered)
 	fs_fair_invalidate_all();
 }
 
-/* A ready table of `queue_name` was truncated: the queue is recounted at commit. */
+/*
+ * A ready table of `queue_name` was truncated: the queue is recounted at
+ * commit.  Noted once per subtransaction (a TRUNCATE of several Citus shards
+ * of the table comes here for each).
+ */
 void
 fs_track_truncated(const char *queue_name)
 {
+	ListCell   *lc;
+
+	foreach(lc, fs_xact.events)
+	{
+		FsQueueEvent *event = lfirst(lc);
+
+		if (event->kind == FS_EVENT_TRUNCATED && event->subid == GetCurrentSubTransactionId() &&
+			strcmp(event->queue_name, queue_name) == 0)
+			return;
+	}
 	fs_xact_event_add(queue_name, FS_EVENT_TRUNCATED);
+}
+
+/* Whether this transaction released lease `lease_id` (its job finished). */
+bool
+fs_track_releasing(int64 lease_id)
+{
+	ListCell   *lc;
+
+	foreach(lc, fs_xact.releases)
+		if (((FsRelease *) lfirst(lc))->lease_id == lease_id)
+			return true;
+	return false;
 }
 
 /*
@@ -448,7 +490,7 @@ fs_track_truncated(const char *queue_name)
  * this transaction, took it off the count, and it is still ready; else NULL.
  */
 static FsClaimedRow *
-fs_track_reserved_row(FsRelRole *role, Datum key)
+fs_track_reserved_row(FsRelRole *role, Datum key, const char *tenant)
 {
 	FsXactKey	xkey;
 	FsClaimedRow *row;
@@ -457,7 +499,7 @@ fs_track_reserved_row(FsRelRole *role, Datum key)
 		return NULL;
 	memset(&xkey, 0, sizeof(xkey));
 	fs_claim_key_make(&xkey.claim, role->queue->queue_id, key, role->key_type,
-					  role->key_len, role->key_byval);
+					  role->key_len, role->key_byval, role->tenant_keys ? tenant : NULL);
 	xkey.type = role->key_type;
 	row = hash_search(fs_xact.claimed, &xkey, HASH_FIND, NULL);
 	if (row == NULL || !row->reserved || row->left_subid != 0)
@@ -471,9 +513,9 @@ fs_track_reserved_row(FsRelRole *role, Datum key)
  * off then, and is not again), and it is marked as gone.
  */
 bool
-fs_track_row_left(FsRelRole *role, Datum key)
+fs_track_row_left(FsRelRole *role, Datum key, const char *tenant)
 {
-	FsClaimedRow *row = fs_track_reserved_row(role, key);
+	FsClaimedRow *row = fs_track_reserved_row(role, key, tenant);
 
 	if (row == NULL)
 		return false;
@@ -491,9 +533,9 @@ fs_track_row_left(FsRelRole *role, Datum key)
  * savepoint is not undone here.
  */
 bool
-fs_track_row_moved(FsRelRole *role, Datum key, const char *subkey)
+fs_track_row_moved(FsRelRole *role, Datum key, const char *tenant, const char *subkey)
 {
-	FsClaimedRow *row = fs_track_reserved_row(role, key);
+	FsClaimedRow *row = fs_track_reserved_row(role, key, tenant);
 
 	if (row == NULL)
 		return false;

@@ -11,10 +11,17 @@
  */
 #include "postgres.h"
 
+#include "access/relation.h"
+#include "catalog/namespace.h"
+#include "commands/extension.h"
 #include "commands/trigger.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
 #include "utils/datum.h"
 
+#include "core/cluster.h"
 #include "fairq/fairqueue_int.h"
+#include "fairq/register_int.h"
 #include "slots/slots.h"
 
 PG_FUNCTION_INFO_V1(fs_fair_ready_trigger);
@@ -113,7 +120,7 @@ fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, con
 	econtext->ecxt_scantuple = slot;
 	key = ExecEvalExprSwitchContext(role->key, econtext, &isnull);
 	/* Claimed by fs_claim() in this transaction: already taken off. */
-	if (!isnull && fs_track_row_left(role, key))
+	if (!isnull && fs_track_row_left(role, key, tenant))
 		return;
 
 	if (role->cost != NULL)
@@ -131,15 +138,17 @@ fs_ready_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot, con
  */
 static bool
 fs_ready_moved_claimed(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot,
-					   const char *subkey)
+					   const char *tenant, const char *subkey)
 {
 	bool		isnull;
 	Datum		key;
 
 	econtext->ecxt_scantuple = slot;
 	key = ExecEvalExprSwitchContext(role->key, econtext, &isnull);
-	return !isnull && fs_track_row_moved(role, key, subkey);
+	return !isnull && fs_track_row_moved(role, key, tenant, subkey);
 }
+
+static void fs_fair_truncated(Relation rel, bool ready, bool running);
 
 /* AFTER INSERT OR DELETE OR UPDATE FOR EACH ROW on a ready table. */
 Datum
@@ -190,7 +199,8 @@ fs_fair_ready_trigger(PG_FUNCTION_ARGS)
 				 * is not charged as for a row that left).
 				 */
 				if (strcmp(old_subkey, new_subkey) != 0 && old_tenant[0] != '\0' &&
-					!fs_ready_moved_claimed(role, rt->econtext, td->tg_trigslot, new_subkey))
+					!fs_ready_moved_claimed(role, rt->econtext, td->tg_trigslot, old_tenant,
+											new_subkey))
 				{
 					fs_delta_add(role->queue, old_tenant, old_subkey, -1, 0, 0);
 					fs_delta_add(role->queue, new_tenant, new_subkey, 1, 0, 0);
@@ -249,12 +259,23 @@ fs_running_leave(FsRelRole *role, ExprContext *econtext, TupleTableSlot *slot)
 	FsClaimKey	ckey;
 	FsClaimEntry entry;
 
+	char	   *tenant = NULL;
+
 	econtext->ecxt_scantuple = slot;
 	key = ExecEvalExprSwitchContext(role->running_key, econtext, &isnull);
 	if (isnull)
 		return;
+	/* A Citus shard's key is known with its tenant, its distribution column. */
+	if (role->tenant_keys)
+	{
+		Datum		t = ExecEvalExprSwitchContext(role->running_tenant, econtext, &isnull);
+
+		if (isnull)
+			return;
+		tenant = TextDatumGetCString(t);
+	}
 	fs_claim_key_make(&ckey, role->queue->queue_id, key, role->key_type, role->key_len,
-					  role->key_byval);
+					  role->key_byval, tenant);
 	if (fs_claim_map_find(&ckey, &entry))
 		fs_release_claim(role, &entry);
 }
@@ -330,36 +351,105 @@ Datum
 fs_fair_truncate_trigger(PG_FUNCTION_ARGS)
 {
 	TriggerData *td = fs_trigger_data(fcinfo, "fs_fair_truncate_trigger", false);
-	FsRelTriggers *rt;
 	bool		running;
-	int			i;
 
 	if (fs_fair == NULL)
 		return PointerGetDatum(NULL);
 	running = td->tg_trigger->tgnargs > 0 && strcmp(td->tg_trigger->tgargs[0], "running") == 0;
-	rt = fs_fair_rel_triggers(td->tg_relation);
+	fs_fair_truncated(td->tg_relation, !running, running);
+	return PointerGetDatum(NULL);
+}
 
-	if (!running)
-	{
-		for (i = 0; i < rt->nready; i++)
-			if (rt->ready[i].queue != NULL)
-				fs_track_truncated(rt->ready[i].queue_name);
-		return PointerGetDatum(NULL);
-	}
+/*
+ * Table `rel` was truncated, as a ready table of its registrations
+ * (`ready`: their queues are recounted) or a running table (`running`: the
+ * leases of all their claimed rows are released).
+ */
+static void
+fs_fair_truncated(Relation rel, bool ready, bool running)
+{
+	FsRelTriggers *rt = fs_fair_rel_triggers(rel);
 
-	for (i = 0; i < rt->nrunning; i++)
+	for (int i = 0; ready && i < rt->nready; i++)
+		if (rt->ready[i].queue != NULL)
+			fs_track_truncated(rt->ready[i].queue_name);
+	for (int i = 0; running && i < rt->nrunning; i++)
 	{
 		FsRelRole  *role = &rt->running[i];
 		FsClaimEntry *entries;
 		int			n;
-		int			k;
 
 		if (role->queue == NULL)
 			continue;
 		entries = fs_claim_map_collect(role->queue->queue_id, &n);
-		for (k = 0; k < n; k++)
-			fs_release_claim(role, &entries[k]);
+		/* Once per lease: a TRUNCATE of several shards comes here for each. */
+		for (int k = 0; k < n; k++)
+			if (!fs_track_releasing(entries[k].lease_id))
+				fs_release_claim(role, &entries[k]);
 		pfree(entries);
 	}
-	return PointerGetDatum(NULL);
+}
+
+/* ----------------------------------------------------------------
+ * TRUNCATE of a Citus shard
+ *
+ * Citus gives shards the row triggers of their distributed table but no
+ * TRUNCATE trigger: a node learns that its shard of a queue's table was
+ * truncated from the statement itself (which Citus sends each node).
+ * ----------------------------------------------------------------
+ */
+
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+/*
+ * ProcessUtility hook: a TRUNCATE of Citus shards of registered tables
+ * is what their TRUNCATE triggers would have seen, once it succeeded.
+ */
+static void
+fs_fair_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+						ProcessUtilityContext context, ParamListInfo params,
+						QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	bool		truncate = IsA(pstmt->utilityStmt, TruncateStmt);
+	ListCell   *lc;
+
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv,
+								dest, qc);
+	if (!truncate || fs_fair == NULL || fs_cluster_absent ||
+		!OidIsValid(get_extension_oid("fairshare", true)))
+		return;
+	foreach(lc, ((TruncateStmt *) pstmt->utilityStmt)->relations)
+	{
+		/* Truncated: the statement holds this lock, so no wait and no other table. */
+		Oid			relid = RangeVarGetRelid(lfirst_node(RangeVar, lc), AccessExclusiveLock, true);
+		Relation	rel;
+		bool		ready = false;
+		bool		running = false;
+
+		if (!OidIsValid(relid) || !OidIsValid(fs_cluster_shard_parent(relid)))
+			continue;
+		rel = relation_open(relid, NoLock);
+		/* A shard of a registered table has fairshare's row triggers (Citus's copies). */
+		for (int i = 0; rel->trigdesc != NULL && i < rel->trigdesc->numtriggers; i++)
+		{
+			const char *name = rel->trigdesc->triggers[i].tgname;
+
+			ready |= strncmp(name, FS_TRIGGER_READY "_", strlen(FS_TRIGGER_READY) + 1) == 0;
+			running |= strncmp(name, FS_TRIGGER_RUN "_", strlen(FS_TRIGGER_RUN) + 1) == 0;
+		}
+		if (ready || running)
+			fs_fair_truncated(rel, ready, running);
+		relation_close(rel, NoLock);
+	}
+}
+
+/* Install the ProcessUtility hook (at _PG_init). */
+void
+fs_fair_triggers_init(void)
+{
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = fs_fair_process_utility;
 }

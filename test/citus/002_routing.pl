@@ -123,10 +123,13 @@ like($err, qr/does not own the tenant/, 'so is a PL/pgSQL assignment');
 ($ret, $out, $err) = $coord->psql('postgres', "SELECT fs_spend_tokens('$tb', 1, 100, 'q') + 0");
 like($err, qr/fs_spend_tokens\(\) for tenant "$tb" ran on node group 0/, 'and an undelegated spend');
 
-# Fair dequeue serves local tables only.
-($ret, $out, $err) = $coord->psql('postgres', "SELECT fs_register_queue('dq', 'jobs', 'tenant', 'id')");
-like($err, qr/of queue "dq" is distributed by Citus, which fair dequeue does not serve/,
-	'registering a distributed table is refused');
+# Fair dequeue on the coordinator: a reference table has no tenant's node
+# and is refused (distributed tables are 007's); Citus local tables serve.
+$q->("CREATE TABLE refq (id bigint PRIMARY KEY, tenant text NOT NULL)");
+$q->("SELECT create_reference_table('refq')");
+($ret, $out, $err) = $coord->psql('postgres', "SELECT fs_register_queue('dq', 'refq', 'tenant', 'id')");
+like($err, qr/ready_table of queue "dq" cannot be served across the cluster: it is not distributed by hash/,
+	'registering a reference table is refused');
 $q->("CREATE TABLE cloc (id bigserial PRIMARY KEY, tenant text NOT NULL)");
 $q->("SELECT citus_add_local_table_to_metadata('cloc')");
 $q->("SELECT fs_register_queue('cl', 'cloc', 'tenant', 'id')");

@@ -3,7 +3,8 @@
 -- prepares each node's part of a transaction that wrote on several): a
 -- transaction that only enqueues may be prepared; its rows are counted when
 -- COMMIT PREPARED commits it, not before, and never if ROLLBACK PREPARED
--- ends it.  One that claims, takes or finishes rows is refused.
+-- ends it.  One that claims or takes rows is refused; one that finishes
+-- jobs (a running row leaves) ends their claims when it commits.
 --
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS fairshare;
@@ -59,18 +60,26 @@ SELECT * FROM pq_backlog;
 SELECT * FROM fs_resync('pq');
 SELECT * FROM pq_backlog;
 
--- Refused: a claim, a ready row taken by the application's own statement,
--- a registration.  Each is rolled back as any failed PREPARE.
+-- Refused: a claim, a ready row taken by the application's own statement.
+-- Each is rolled back as any failed PREPARE.
 BEGIN;
 SELECT count(*) AS claimed FROM fs_claim('pq', NULL::pq_jobs, 1);
 PREPARE TRANSACTION 'pq_refused';
 BEGIN;
 DELETE FROM pq_jobs WHERE id = (SELECT min(id) FROM pq_jobs WHERE tenant = 'a');
 PREPARE TRANSACTION 'pq_refused';
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+SELECT * FROM pq_backlog;
+
+-- A registration changed in a prepared transaction (as a DROP TABLE of a
+-- distributed queue's table is, on each Citus node): nothing changes until
+-- it commits, and a rollback leaves the queue as it was.
 BEGIN;
 SELECT fs_unregister_queue('pqs');
-PREPARE TRANSACTION 'pq_refused';
-SELECT count(*) AS prepared FROM pg_prepared_xacts;
+PREPARE TRANSACTION 'pq_unregister';
+SELECT count(*) AS still_registered FROM fs_fair_queues WHERE queue = 'pqs';
+ROLLBACK PREPARED 'pq_unregister';
+SELECT count(*) AS registered FROM fs_fair_queues WHERE queue = 'pqs';
 SELECT * FROM pq_backlog;
 
 -- More than 64 tenants cannot be kept: refused, nothing counted.
@@ -105,3 +114,57 @@ SELECT resyncs - :resyncs_before AS recounts FROM fs_fairness WHERE queue = 'pq'
 COMMIT PREPARED 'pq_none';
 SELECT sum(ready_rows) = (SELECT count(*) FROM pq_jobs WHERE state = 'ready') AS counts_match
   FROM fs_tenants WHERE queue = 'pq';
+
+-- A job finished in a prepared transaction (its running row deleted, as
+-- Citus prepares each node's part of a transaction that deletes running
+-- rows on several): its lease is releasing while prepared, freed and its
+-- run time charged at COMMIT PREPARED, live again after ROLLBACK PREPARED
+-- (and released by the next finish).
+CREATE TABLE pq_ready (id bigint PRIMARY KEY, tenant text NOT NULL);
+CREATE TABLE pq_running (id bigint PRIMARY KEY, tenant text NOT NULL);
+SELECT queue FROM fs_register_queue('pqr', 'pq_ready', 'tenant', 'id', running_table => 'pq_running',
+                                    running_key => 'id', charge_runtime => true);
+SELECT fs_set_limit('*', 'pqr', max_slots => 2);
+INSERT INTO pq_ready SELECT i, 'r' FROM generate_series(1, 4) i;
+BEGIN;
+CREATE TEMP TABLE pq_claimed ON COMMIT DROP AS
+    SELECT (c.job).id FROM fs_claim('pqr', NULL::pq_ready, 4) c;
+SELECT count(*) AS claimed FROM pq_claimed;
+INSERT INTO pq_running SELECT id, 'r' FROM pq_claimed;
+DELETE FROM pq_ready WHERE id IN (SELECT id FROM pq_claimed);
+COMMIT;
+SELECT state, count(*) FROM fs_leases WHERE queue = 'pqr' GROUP BY 1;
+SELECT rows_released AS released_before FROM fs_fairness WHERE queue = 'pqr' \gset
+BEGIN;
+DELETE FROM pq_running WHERE id = (SELECT min(id) FROM pq_running);
+PREPARE TRANSACTION 'pq_finish';
+SELECT state, count(*) FROM fs_leases WHERE queue = 'pqr' GROUP BY 1 ORDER BY 1;
+BEGIN;
+SELECT count(*) AS claimed_meanwhile FROM fs_claim('pqr', NULL::pq_ready, 1);
+ROLLBACK;
+ROLLBACK PREPARED 'pq_finish';
+SELECT state, count(*) FROM fs_leases WHERE queue = 'pqr' GROUP BY 1;
+BEGIN;
+DELETE FROM pq_running WHERE id = (SELECT min(id) FROM pq_running);
+PREPARE TRANSACTION 'pq_finish';
+COMMIT PREPARED 'pq_finish';
+SELECT state, count(*) FROM fs_leases WHERE queue = 'pqr' GROUP BY 1;
+SELECT rows_released - :released_before AS released FROM fs_fairness WHERE queue = 'pqr';
+-- The other job finishes in an ordinary transaction: its lease goes too.
+DELETE FROM pq_running;
+SELECT count(*) AS leases FROM fs_leases WHERE queue = 'pqr';
+SELECT rows_released - :released_before AS released FROM fs_fairness WHERE queue = 'pqr';
+BEGIN;
+SELECT count(*) AS claimed FROM fs_claim('pqr', NULL::pq_ready, 4);
+ROLLBACK;
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+
+-- Unregistered in a prepared transaction, then committed: gone, with its
+-- counts.
+BEGIN;
+SELECT fs_unregister_queue('pqs');
+PREPARE TRANSACTION 'pq_unregister';
+COMMIT PREPARED 'pq_unregister';
+SELECT count(*) AS registered FROM fs_fair_queues WHERE queue = 'pqs';
+SELECT * FROM pq_backlog WHERE queue = 'pqs';
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
