@@ -619,6 +619,24 @@ ok($stmts > 100, "fuzzed $stmts statements (seed $seed)");
 is(scalar(@crashes), 0, 'the server never crashed')
   or diag "crash lines in the server log:\n  " . join("\n  ", fuzz_crash_report($node, $log_start))
   . "\nbatches that crashed it: @crash_files";
+# PostgreSQL's own race: a statement that names a table's row type (here
+# NULL::<ready table> passed to fs_claim) looks the type up without locking
+# the table, and its tuple descriptor is opened by OID later: a DROP TABLE
+# committed in between makes that open fail with XX000 "could not open
+# relation with OID" (json_populate_record(NULL::t, '{}') does the same).
+# Such an error of a table that no longer exists is the server's, not
+# fairshare's: noted, not failed.
+for my $msg (sort keys %internal)
+{
+	next unless $msg =~ /^could not open relation with OID (\d+)$/
+	  && ($internal{$msg}{location} // '') =~ /^relation_open, /;
+	my $oid = $1;
+	next unless wait_ready()
+	  && $node->safe_psql('postgres', "SELECT count(*) FROM pg_class WHERE oid = $oid") eq '0';
+	note "the server's own race with a DROP TABLE: $msg, from: "
+	  . substr($internal{$msg}{stmt}, 0, 300);
+	delete $internal{$msg};
+}
 is(scalar(keys %internal), 0, 'no internal error (XX000)')
   or diag join("\n", map { "XX000: $_ (" . ($internal{$_}{location} // '?') . ")\n  from: "
 	  . substr($internal{$_}{stmt}, 0, 800) } sort keys %internal);
