@@ -558,6 +558,10 @@ my $backlog_diff = q{
 	  FULL JOIN (SELECT tenant, count(*) AS tab FROM jobs GROUP BY tenant) t USING (tenant)
 	 WHERE coalesce(shm, 0) <> coalesce(tab, 0)};
 is($q->("SELECT count(*) FROM jobs_running"), '0', 'every claimed row finished');
+# A re-registration of the load may wait for the claimers' locks and commit
+# after the last claim: the queue is then forgotten, to be recounted at its
+# next use.  That use comes first (a claim rolled back counts nothing).
+$q->("BEGIN; SELECT count(*) FROM fs_claim('jq', NULL::jobs, 1); ROLLBACK");
 is($q->($backlog_diff), '0', 'the backlog the triggers kept equals the table, per tenant');
 $q->("SELECT count(*) FROM fs_resync('jq')");
 is($q->($backlog_diff), '0', 'after fs_resync() the backlog equals the table, per tenant');
