@@ -1209,10 +1209,12 @@ fs_rel_key_type(FsRelRole *role, ExprState *key, Oid registered, Relation rel)
  * How a row trigger sees one registration of its table (one row of
  * fs_fair_queues): the queue, and the compiled expressions of the ready side
  * (tenant, filter, cost, key) or of the running side (filter, key), with the
- * role user code runs as.
+ * role user code runs as.  `distributed`: the Citus table whose shard rel is
+ * (InvalidOid: none), as fs_fair_rel_triggers() found it.
  */
 static void
-fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, bool ready_side)
+fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, bool ready_side,
+			Oid distributed)
 {
 	char	   *queue = SPI_getvalue(row, rowdesc, SPI_fnumber(rowdesc, "queue"));
 	bool		isnull;
@@ -1252,24 +1254,19 @@ fs_rel_role(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel, boo
 	 * running side reads from its distribution column (fs_register_queue()
 	 * has the running table colocated with the ready table).
 	 */
-	if (!fs_cluster_absent)
+	role->tenant_keys = OidIsValid(distributed);
+	if (role->tenant_keys && !ready_side)
 	{
-		Oid			distributed = fs_cluster_shard_parent(RelationGetRelid(rel));
+		char	   *column = fs_cluster_distribution_column(distributed);
 
-		role->tenant_keys = OidIsValid(distributed);
-		if (role->tenant_keys && !ready_side)
-		{
-			char	   *column = fs_cluster_distribution_column(distributed);
-
-			if (column == NULL)
-				ereport(ERROR,
-						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						 errmsg("running table %s of queue \"%s\" has no distribution column",
-								get_rel_name(distributed), queue),
-						 errhint("Distribute it by its tenant column, colocated with the ready table.")));
-			role->running_tenant = fs_rel_expr(quote_identifier(column), rel, FS_EXPR_TENANT,
-											   queue, &user_code);
-		}
+		if (column == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("running table %s of queue \"%s\" has no distribution column",
+							get_rel_name(distributed), queue),
+					 errhint("Distribute it by its tenant column, colocated with the ready table.")));
+		role->running_tenant = fs_rel_expr(quote_identifier(column), rel, FS_EXPR_TENANT,
+										   queue, &user_code);
 	}
 	fs_rel_key_type(role, ready_side ? role->key : role->running_key,
 					fs_row_oid(row, rowdesc, "key_type"), rel);
@@ -1291,6 +1288,7 @@ typedef struct FsRelRoleArgs
 	TupleDesc	rowdesc;
 	Relation	rel;
 	bool		ready_side;
+	Oid			distributed;
 } FsRelRoleArgs;
 
 /* fs_rel_role_guarded()'s work, in its subtransaction. */
@@ -1299,7 +1297,7 @@ fs_rel_role_one(void *arg)
 {
 	FsRelRoleArgs *a = (FsRelRoleArgs *) arg;
 
-	fs_rel_role(a->role, a->row, a->rowdesc, a->rel, a->ready_side);
+	fs_rel_role(a->role, a->row, a->rowdesc, a->rel, a->ready_side, a->distributed);
 }
 
 /*
@@ -1313,9 +1311,9 @@ fs_rel_role_one(void *arg)
  */
 static bool
 fs_rel_role_guarded(FsRelRole *role, HeapTuple row, TupleDesc rowdesc, Relation rel,
-					bool ready_side)
+					bool ready_side, Oid distributed)
 {
-	FsRelRoleArgs args = {role, row, rowdesc, rel, ready_side};
+	FsRelRoleArgs args = {role, row, rowdesc, rel, ready_side, distributed};
 	ErrorData  *edata;
 
 	if (fs_subxact_run(fs_rel_role_one, &args, NULL, &edata))
@@ -1339,6 +1337,7 @@ FsRelTriggers *
 fs_fair_rel_triggers(Relation rel)
 {
 	Oid			relid = RelationGetRelid(rel);
+	Oid			distributed;
 	FsRelTriggers *rt;
 	bool		found;
 	uint32		generation;
@@ -1390,13 +1389,9 @@ fs_fair_rel_triggers(Relation rel)
 	if (rel->rd_rel->relispartition)
 		family = list_concat(family, get_partition_ancestors(relid));
 	/* A Citus shard fires the triggers of its distributed table. */
-	if (!fs_cluster_absent)
-	{
-		Oid			distributed = fs_cluster_shard_parent(relid);
-
-		if (OidIsValid(distributed))
-			family = lappend_oid(family, distributed);
-	}
+	distributed = fs_cluster_absent ? InvalidOid : fs_cluster_shard_parent(relid);
+	if (OidIsValid(distributed))
+		family = lappend_oid(family, distributed);
 	elems = palloc(sizeof(Datum) * list_length(family));
 	i = 0;
 	foreach(lc, family)
@@ -1430,10 +1425,10 @@ fs_fair_rel_triggers(Relation rel)
 		bool		isnull;
 
 		if (DatumGetBool(SPI_getbinval(row, rowdesc, SPI_fnumber(rowdesc, "fs_is_ready"), &isnull)) &&
-			fs_rel_role_guarded(&rt->ready[rt->nready], row, rowdesc, rel, true))
+			fs_rel_role_guarded(&rt->ready[rt->nready], row, rowdesc, rel, true, distributed))
 			rt->nready++;
 		if (DatumGetBool(SPI_getbinval(row, rowdesc, SPI_fnumber(rowdesc, "fs_is_running"), &isnull)) &&
-			fs_rel_role_guarded(&rt->running[rt->nrunning], row, rowdesc, rel, false))
+			fs_rel_role_guarded(&rt->running[rt->nrunning], row, rowdesc, rel, false, distributed))
 			rt->nrunning++;
 	}
 	fs_search_path_end(nest);
