@@ -85,39 +85,55 @@ end
 # postgres user on a free port of 6601-6609.
 module PgBouncer
   # Starts pgbouncer for `dbname`; returns its port.  Stopped by stop_pgbouncer.
+  # A port can be taken between the check and pgbouncer's bind (then it
+  # exits with "nowhere to listen"): the next free port is tried.
   def start_pgbouncer(dbname)
-    port = (6601..6609).find { |p| port_free?(p) } or flunk("no free port for pgbouncer in 6601-6609")
-    dir = Dir.mktmpdir("fsrb-pgbouncer-")
-    FileUtils.chmod(0o777, dir)
-    ini = File.join(dir, "pgbouncer.ini")
-    File.write(ini, <<~INI)
-      [databases]
-      #{dbname} = host=#{ENV.fetch("PGHOST")} port=#{ENV.fetch("PGPORT")} dbname=#{dbname} user=#{ENV.fetch("PGUSER")}
-      [pgbouncer]
-      listen_addr = 127.0.0.1
-      listen_port = #{port}
-      unix_socket_dir =
-      auth_type = any
-      pool_mode = transaction
-      default_pool_size = 20
-      max_client_conn = 200
-      logfile = #{dir}/pgbouncer.log
-      pidfile = #{dir}/pgbouncer.pid
-    INI
-    runner = ::Process.uid.zero? ? ["runuser", "-u", "postgres", "--"] : []
-    exe = File.exist?("/usr/sbin/pgbouncer") ? "/usr/sbin/pgbouncer" : "pgbouncer"
-    system(*runner, exe, "-d", ini, exception: true)
-    @pgbouncer_dir = dir
-    wait_until(10, "pgbouncer to listen") { !port_free?(port) }
-    port
+    (6601..6609).each do |port|
+      next unless port_free?(port)
+
+      dir = Dir.mktmpdir("fsrb-pgbouncer-")
+      FileUtils.chmod(0o777, dir)
+      ini = File.join(dir, "pgbouncer.ini")
+      File.write(ini, <<~INI)
+        [databases]
+        #{dbname} = host=#{ENV.fetch("PGHOST")} port=#{ENV.fetch("PGPORT")} dbname=#{dbname} user=#{ENV.fetch("PGUSER")}
+        [pgbouncer]
+        listen_addr = 127.0.0.1
+        listen_port = #{port}
+        unix_socket_dir =
+        auth_type = any
+        pool_mode = transaction
+        default_pool_size = 20
+        max_client_conn = 200
+        logfile = #{dir}/pgbouncer.log
+        pidfile = #{dir}/pgbouncer.pid
+      INI
+      runner = ::Process.uid.zero? ? ["runuser", "-u", "postgres", "--"] : []
+      exe = File.exist?("/usr/sbin/pgbouncer") ? "/usr/sbin/pgbouncer" : "pgbouncer"
+      system(*runner, exe, "-d", ini, exception: true)
+      @pgbouncer_dir = dir
+      deadline = Time.now + 10
+      while Time.now < deadline
+        return port if File.exist?(File.join(dir, "pgbouncer.pid")) && !port_free?(port)
+        break if (File.read(File.join(dir, "pgbouncer.log")) rescue "").include?("FATAL")
+
+        sleep 0.05
+      end
+      warn "pgbouncer did not listen on #{port}: #{File.read(File.join(dir, "pgbouncer.log")) rescue "no log"}"
+      stop_pgbouncer
+    end
+    flunk("pgbouncer could not listen on any port of 6601-6609")
   end
 
   def stop_pgbouncer
     return unless @pgbouncer_dir
 
-    pid = File.read(File.join(@pgbouncer_dir, "pgbouncer.pid")).to_i
-    ::Process.kill("TERM", pid)
-    sleep 0.1 while (::Process.kill(0, pid) rescue false)
+    pidfile = File.join(@pgbouncer_dir, "pgbouncer.pid")
+    if File.exist?(pidfile)
+      pid = File.read(pidfile).to_i
+      ::Process.kill("TERM", pid)
+      sleep 0.1 while (::Process.kill(0, pid) rescue false)
+    end
     FileUtils.rm_rf(@pgbouncer_dir) if passed?
     @pgbouncer_dir = nil
   end
