@@ -1231,6 +1231,31 @@ COMMENT ON FUNCTION fs_report_latency_at(text, interval, text) IS
 REVOKE ALL ON FUNCTION fs_report_latency_at(text, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fs_report_latency_at(text, interval, text) TO fairshare_worker;
 
+CREATE FUNCTION fs_claim_at(
+    node_anchor     text,
+    queue           text,
+    row_type        anyelement,
+    max_rows        integer DEFAULT 1,
+    lease           interval DEFAULT NULL,
+    selector_in     text[] DEFAULT NULL,
+    selector_not_in text[] DEFAULT NULL)
+RETURNS TABLE (lease_id bigint, tenant text, job anyelement)
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 10
+AS 'MODULE_PATHNAME', 'fs_claim_at';
+COMMENT ON FUNCTION fs_claim_at(text, text, anyelement, integer, interval, text[], text[]) IS
+'fs_claim() of the shards of the node that holds node_anchor''s shard (Citus delegates it there); what fs_claim() on the coordinator calls for the node it chose';
+REVOKE ALL ON FUNCTION fs_claim_at(text, text, anyelement, integer, interval, text[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_claim_at(text, text, anyelement, integer, interval, text[], text[]) TO fairshare_app;
+
+CREATE FUNCTION fs_claimable_weight_at(node_anchor text, queue text)
+RETURNS double precision
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'fs_claimable_weight_at';
+COMMENT ON FUNCTION fs_claimable_weight_at(text, text) IS
+'on the node that holds node_anchor''s shard (Citus delegates it there): the sum of the weights of the queue''s tenants there that a claim could serve now; how fs_claim() on the coordinator shares claims among the nodes';
+REVOKE ALL ON FUNCTION fs_claimable_weight_at(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fs_claimable_weight_at(text, text) TO fairshare_app;
+
 CREATE FUNCTION fs_lease_node(lease_id bigint)
 RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -1332,6 +1357,11 @@ BEGIN
     PERFORM create_distributed_function('@extschema@.fs_release_slot_at(text,bigint)', 'node_anchor',
                                         colocate_with => colocate_with::text, force_delegation => true);
     PERFORM create_distributed_function('@extschema@.fs_renew_slot_at(text,bigint,interval)', 'node_anchor',
+                                        colocate_with => colocate_with::text, force_delegation => true);
+    -- A claim on the coordinator asks the nodes' weights and claims on one.
+    PERFORM create_distributed_function('@extschema@.fs_claim_at(text,text,anyelement,integer,interval,text[],text[])', 'node_anchor',
+                                        colocate_with => colocate_with::text, force_delegation => true);
+    PERFORM create_distributed_function('@extschema@.fs_claimable_weight_at(text,text)', 'node_anchor',
                                         colocate_with => colocate_with::text, force_delegation => true);
     -- Heartbeats and latency reports sent to the coordinator reach every node.
     PERFORM create_distributed_function('@extschema@.fs_worker_heartbeat_at(text,text,integer,text)', 'node_anchor',

@@ -556,6 +556,31 @@ fs_cluster_anchor(int32 group)
 	return anchors[group] < 0 ? NULL : psprintf(FS_ANCHOR_FORMAT, anchors[group]);
 }
 
+/*
+ * Begin a statement that calls a delegated function (an _at function) by
+ * an anchor: the extension's schema first on the search path, and a call
+ * made from inside this function not counted by Citus as a transaction
+ * block of its own, so that outside the caller's block the node runs the
+ * call on its own and inside it the call joins the caller's transaction.
+ * Returns the GUC nest level for fs_cluster_route_end().
+ */
+int
+fs_cluster_route_begin(void)
+{
+	int			nestlevel = fs_search_path_begin();
+
+	(void) set_config_option("citus.function_opens_transaction_block", "off",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	return nestlevel;
+}
+
+/* End what fs_cluster_route_begin() began. */
+void
+fs_cluster_route_end(int nestlevel)
+{
+	fs_search_path_end(nestlevel);
+}
+
 /* The kept plans of the _at functions, by function and schema. */
 typedef struct FsForwardPlan
 {
@@ -633,9 +658,7 @@ fs_cluster_forward(int32 node, const char *function, int nargs, Oid *argtypes, D
 				 errhint("The node left the cluster, or holds no shard since a rebalance.")));
 	values[0] = CStringGetTextDatum(anchor);
 
-	nestlevel = fs_search_path_begin();
-	(void) set_config_option("citus.function_opens_transaction_block", "off",
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	nestlevel = fs_cluster_route_begin();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute_plan(fs_cluster_forward_plan(function, nargs, argtypes), values, NULL, false, 1) !=
@@ -648,7 +671,7 @@ fs_cluster_forward(int32 node, const char *function, int nargs, Oid *argtypes, D
 		*result = SPI_datumTransfer(*result, TupleDescAttr(SPI_tuptable->tupdesc, 0)->attbyval,
 									TupleDescAttr(SPI_tuptable->tupdesc, 0)->attlen);
 	SPI_finish();
-	fs_search_path_end(nestlevel);
+	fs_cluster_route_end(nestlevel);
 }
 
 /* The shard map of the setup, loaded; false when not set up. */
@@ -702,6 +725,44 @@ fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs
 					   argtypes, values, &answer, isnull);
 	*result = *isnull ? false : DatumGetBool(answer);
 	return true;
+}
+
+/*
+ * The node groups that hold shards of the setup's table, and so of every
+ * table colocated with it, ascending, into groups[] (room for
+ * FS_LEASE_NODE_MAX + 1).  Returns how many; 0 when this database is not
+ * set up for a cluster.
+ */
+int
+fs_cluster_node_groups(int32 *groups)
+{
+	bool		held[FS_LEASE_NODE_MAX + 1];
+	int			n = 0;
+	int			i;
+
+	if (!fs_cluster_map_ready())
+		return 0;
+	memset(held, 0, sizeof(held));
+	for (i = 0; i < map_count; i++)
+		if (map_shards[i].group >= 0 && map_shards[i].group <= FS_LEASE_NODE_MAX)
+			held[map_shards[i].group] = true;
+	for (i = 0; i <= FS_LEASE_NODE_MAX; i++)
+		if (held[i])
+			groups[n++] = i;
+	return n;
+}
+
+/*
+ * A value whose shard of the setup's table is on node group `group`, by
+ * which Citus delegates an _at function there; NULL when no shard is there
+ * (or this database is not set up for a cluster).
+ */
+char *
+fs_cluster_node_anchor(int32 group)
+{
+	if (group < 0 || group > FS_LEASE_NODE_MAX || !fs_cluster_map_ready())
+		return NULL;
+	return fs_cluster_anchor(group);
 }
 
 /* A forward of fs_cluster_broadcast(), run in a subtransaction. */
@@ -789,6 +850,44 @@ fs_cluster_check_lease_here(const char *function, int64 lease_id)
 				 errmsg("%s_at() for lease " INT64_FORMAT " ran on node group %d, not on group %d that granted it",
 						function, lease_id, fs_cluster_group(), fs_lease_id_node(lease_id)),
 				 errhint("A shard moved meanwhile; call %s() again.", function)));
+}
+
+/*
+ * In `function` (an _at function), which Citus delegates by its anchor
+ * (argument 0): refuse to run on a node that does not hold the anchor's
+ * shard, where the call was not delegated or whose shard moved since the
+ * anchor was chosen, so that what was meant for one node never runs on
+ * another.
+ */
+void
+fs_cluster_check_anchor_arg(FunctionCallInfo fcinfo, const char *function)
+{
+	char	   *anchor;
+	int32		owner;
+	int32		here;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("node_anchor must not be null"),
+				 errhint("%s() is what fs_claim() on a Citus coordinator calls; call fs_claim().",
+						 function)));
+	anchor = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	owner = fs_cluster_tenant_group(anchor);
+	here = fs_cluster_group();
+	if (owner < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s() needs a Citus cluster set up with fs_citus_setup()", function),
+				 errhint("Call fs_claim() instead.")));
+	if (owner != here)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s() ran on node group %d, not on group %d that holds its anchor's shard",
+						function, here, owner),
+				 errhint("A shard moved meanwhile, or Citus did not delegate the call (it delegates a "
+						 "top-level call only); call fs_claim().")));
+	pfree(anchor);
 }
 
 /*

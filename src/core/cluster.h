@@ -26,6 +26,7 @@
 
 #include "access/attnum.h"
 #include "datatype/timestamp.h"
+#include "fmgr.h"
 
 /* Where a lease id keeps its node, and the largest node it can name. */
 #define FS_LEASE_NODE_SHIFT		52
@@ -45,9 +46,14 @@ extern int32 fs_cluster_tenant_group(const char *tenant);
 extern bool fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs,
 									 bool *result, bool *isnull);
 extern void fs_cluster_check_lease_here(const char *function, int64 lease_id);
+extern void fs_cluster_check_anchor_arg(FunctionCallInfo fcinfo, const char *function);
 extern void fs_cluster_broadcast(const char *function, int nargs, Oid *argtypes, Datum *values);
 extern void fs_cluster_check_coordinator(const char *function);
 extern bool fs_cluster_is_distributed(Oid relid);
+extern int	fs_cluster_node_groups(int32 *groups);
+extern char *fs_cluster_node_anchor(int32 group);
+extern int	fs_cluster_route_begin(void);
+extern void fs_cluster_route_end(int nestlevel);
 
 /* One shard of a distributed table that this node holds. */
 typedef struct FsLocalShard

@@ -42,6 +42,16 @@
 #endif
 
 /*
+ * This backend's local transaction id (PostgreSQL 17 moved it into
+ * PGPROC.vxid).
+ */
+#if PG_VERSION_NUM >= 170000
+#define FS_MY_LXID			(MyProc->vxid.lxid)
+#else
+#define FS_MY_LXID			(MyProc->lxid)
+#endif
+
+/*
  * get_extension_schema() is exported from PostgreSQL 16 on; before that it
  * is static in extension.c, so read pg_extension ourselves.
  */

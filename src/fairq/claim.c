@@ -42,7 +42,9 @@
 #include "slots/slots.h"
 
 PG_FUNCTION_INFO_V1(fs_claim);
+PG_FUNCTION_INFO_V1(fs_claim_at);
 PG_FUNCTION_INFO_V1(fs_ready_tenants);
+PG_FUNCTION_INFO_V1(fs_claimable_weight_at);
 
 /* A claim takes at most this many rounds down the fair order. */
 #define FS_CLAIM_MAX_ROUNDS	16
@@ -905,6 +907,8 @@ fs_fair_refresh_limits(FsFairDesc *desc)
 	}
 }
 
+static Datum fs_claim_common(FunctionCallInfo fcinfo, int first);
+
 /*
  * fs_claim(queue text, row_type anyelement, max_rows int, lease interval,
  *			selector_in text[], selector_not_in text[])
@@ -921,6 +925,33 @@ fs_fair_refresh_limits(FsFairDesc *desc)
  */
 Datum
 fs_claim(PG_FUNCTION_ARGS)
+{
+	return fs_claim_common(fcinfo, 0);
+}
+
+/*
+ * fs_claim_at(node_anchor text, queue text, row_type anyelement, ...)
+ *	 RETURNS TABLE(lease_id bigint, tenant text, job anyelement)
+ *
+ * fs_claim() of this node's own shards, on the node that holds
+ * node_anchor's shard, where Citus delegates it: what a claim on the
+ * coordinator sends to the node it chose (route.c).  Never routed on.
+ */
+Datum
+fs_claim_at(PG_FUNCTION_ARGS)
+{
+	fs_cluster_check_anchor_arg(fcinfo, "fs_claim_at");
+	return fs_claim_common(fcinfo, 1);
+}
+
+/*
+ * fs_claim() with its arguments from `first` on (the queue's; before it,
+ * fs_claim_at()'s anchor).  On the coordinator of a Citus cluster, a claim
+ * of a queue on a distributed table is sent to the nodes (route.c); on a
+ * node, or through fs_claim_at(), it claims the rows of this node's shards.
+ */
+static Datum
+fs_claim_common(FunctionCallInfo fcinfo, int first)
 {
 	FsFairDesc *desc;
 	Oid			row_type;
@@ -942,33 +973,33 @@ fs_claim(PG_FUNCTION_ARGS)
 	may_advance_starts = !FullTransactionIdIsValid(GetTopFullTransactionIdIfAny()) &&
 		!IsolationIsSerializable();
 	fs_check_primary("claim rows with fairshare");
-	desc = fs_fair_desc_arg(fcinfo, 0);
-	row_type = get_fn_expr_argtype(fcinfo->flinfo, 1);
+	desc = fs_fair_desc_arg(fcinfo, first);
+	row_type = get_fn_expr_argtype(fcinfo->flinfo, first + 1);
 	if (row_type != desc->row_type)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
 				 errmsg("row_type of queue \"%s\" must be %s, got %s", desc->queue_name,
 						format_type_be(desc->row_type), format_type_be(row_type)),
 				 errhint("Pass NULL::%s as row_type.", desc->ready_name)));
-	max_rows = fs_max_rows_arg(fcinfo, 2);
-	lease_usecs = PG_ARGISNULL(3) ? desc->lease_usecs : fs_lease_interval_arg(fcinfo, 3, "lease");
-	fs_selection_args(fcinfo, desc, &sel);
+	max_rows = fs_max_rows_arg(fcinfo, first + 2);
+	lease_usecs = PG_ARGISNULL(first + 3) ? desc->lease_usecs :
+		fs_lease_interval_arg(fcinfo, first + 3, "lease");
+	fs_selection_args(fcinfo, first + 4, desc, &sel);
 	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
 		pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to claim rows of %s", desc->ready_name),
 				 errhint("fs_claim() locks rows FOR UPDATE: it needs SELECT and UPDATE on the table.")));
-	if (desc->distributed && desc->nparts == 0 && fs_cluster_group() == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("queue \"%s\" is on a table Citus distributes, and this coordinator holds "
-						"none of its shards", desc->queue_name),
-				 errhint("Claim on the worker nodes: each one serves the tenants whose shards it holds.")));
 	fs_fair_check_schema_usage(desc, "fs_claim");
 
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	if (desc->distributed && first == 0 && fs_cluster_group() == 0)
+	{
+		fs_claim_routed(fcinfo, desc, max_rows, rsinfo);
+		return (Datum) 0;
+	}
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -1142,6 +1173,41 @@ fs_ready_tenants_collect(FsFairQueue *fq, FsReadyTenant *list, int capacity,
 }
 
 /*
+ * The tenants of `desc`'s queue that a claim could serve now, as
+ * fs_ready_tenants_collect() lists them, in no order; *n says how many.
+ * Tenants that came up short lately are left out, unless they are all
+ * there is (work-conserving, as fs_claim()).
+ */
+static FsReadyTenant *
+fs_ready_tenants_list(FsFairDesc *desc, int *n)
+{
+	FsFairQueue *fq = desc->fq;
+	FsReadyTenant *list;
+	FsGateCapacity gate;
+	float8		budget_cost;
+	bool		skipped_dry = false;
+	TimestampTz now = fs_now();
+	int			capacity;
+
+	*n = 0;
+	if (fq == NULL)
+		return NULL;
+	fs_fair_ensure_synced(desc);
+
+	LWLockAcquire(fq->lock, LW_SHARED);
+	capacity = fq->nitems;
+	LWLockRelease(fq->lock);
+	list = palloc(sizeof(FsReadyTenant) * Max(capacity, 1));
+	fs_gate_capacity(desc->queue, now, &gate);
+	budget_cost = fs_fair_budget_cost(desc);
+	*n = fs_ready_tenants_collect(fq, list, capacity, &gate, budget_cost, now, true, &skipped_dry);
+	if (*n == 0 && skipped_dry)
+		*n = fs_ready_tenants_collect(fq, list, capacity, &gate, budget_cost, now, false,
+									  &skipped_dry);
+	return list;
+}
+
+/*
  * fs_ready_tenants(queue text, max_tenants int)
  *	 RETURNS TABLE(tenant text, ready_rows bigint, free_slots int,
  *				   virtual_start float8, weight float8)
@@ -1154,16 +1220,10 @@ Datum
 fs_ready_tenants(PG_FUNCTION_ARGS)
 {
 	FsFairDesc *desc;
-	FsFairQueue *fq;
 	int32		max_tenants;
 	ReturnSetInfo *rsinfo;
 	FsReadyTenant *list;
 	int			n;
-	int			capacity;
-	FsGateCapacity gate;
-	float8		budget_cost;
-	bool		skipped_dry = false;
-	TimestampTz now = fs_now();
 	int			i;
 
 	fs_check_loaded();
@@ -1183,28 +1243,9 @@ fs_ready_tenants(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	fq = desc->fq;
-	if (fq == NULL)
-		return (Datum) 0;
-	fs_fair_ensure_synced(desc);
-
-	LWLockAcquire(fq->lock, LW_SHARED);
-	capacity = fq->nitems;
-	LWLockRelease(fq->lock);
-	list = palloc(sizeof(FsReadyTenant) * Max(capacity, 1));
-	fs_gate_capacity(desc->queue, now, &gate);
-	budget_cost = fs_fair_budget_cost(desc);
-
-	/*
-	 * Tenants that came up short lately are left out, unless they are all
-	 * there is (work-conserving, as fs_claim()).
-	 */
-	n = fs_ready_tenants_collect(fq, list, capacity, &gate, budget_cost, now, true, &skipped_dry);
-	if (n == 0 && skipped_dry)
-		n = fs_ready_tenants_collect(fq, list, capacity, &gate, budget_cost, now, false,
-									 &skipped_dry);
-
-	qsort(list, n, sizeof(FsReadyTenant), fs_ready_tenant_cmp);
+	list = fs_ready_tenants_list(desc, &n);
+	if (n > 1)
+		qsort(list, n, sizeof(FsReadyTenant), fs_ready_tenant_cmp);
 	for (i = 0; i < n && i < max_tenants; i++)
 	{
 		Datum		values[5];
@@ -1219,4 +1260,42 @@ fs_ready_tenants(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * fs_claimable_weight_at(node_anchor text, queue text) RETURNS float8
+ *
+ * On the node that holds node_anchor's shard: the sum of the weights of
+ * the queue's tenants there that a claim could serve now (ready rows,
+ * budget and a free slot), as fs_ready_tenants() lists them.  A claim on
+ * the coordinator shares its claims among the nodes by these sums
+ * (route.c).  Needs what fs_claim() needs of the caller.
+ */
+Datum
+fs_claimable_weight_at(PG_FUNCTION_ARGS)
+{
+	FsFairDesc *desc;
+	FsReadyTenant *list;
+	float8		sum = 0;
+	int			n;
+	int			i;
+
+	fs_check_loaded();
+	fs_cluster_check_anchor_arg(fcinfo, "fs_claimable_weight_at");
+	desc = fs_fair_desc_arg(fcinfo, 1);
+	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
+		pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to claim rows of %s", desc->ready_name),
+				 errhint("fs_claim() locks rows FOR UPDATE: it needs SELECT and UPDATE on the table.")));
+	fs_fair_check_schema_usage(desc, "fs_claim");
+	if (desc->nparts == 0)
+		PG_RETURN_FLOAT8(0);
+	list = fs_ready_tenants_list(desc, &n);
+	for (i = 0; i < n; i++)
+		sum += list[i].weight;
+	if (list != NULL)
+		pfree(list);
+	PG_RETURN_FLOAT8(sum);
 }

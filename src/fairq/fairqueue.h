@@ -37,6 +37,28 @@ extern void fs_fairqueue_shmem_init(void);
  */
 extern bool fs_fairqueue_may_evict(const FsTenant *entry);
 
+/*
+ * Claims on a Citus coordinator (route.c): the scheduler keeps the nodes'
+ * claimable weights fresh while claims want them.  It attaches its latch
+ * (woken when weights go stale), sleeps at most fs_route_refresh_due_ms()
+ * (-1: no weight is wanted), and then asks each wanted weight
+ * (fs_route_wants()) with fs_route_refresh_one(), each in a transaction of
+ * its own.
+ */
+#define FS_ROUTE_WANTS_MAX		256
+
+typedef struct FsRouteWant
+{
+	char		queue_name[FS_NAME_BUFLEN];
+	int32		group;			/* Citus node group */
+} FsRouteWant;
+
+extern void fs_route_refresher_attach(bool attach);
+extern long fs_route_refresh_due_ms(void);
+extern int	fs_route_wants(FsRouteWant *wants);
+extern void fs_route_refresh_one(const FsRouteWant *want);
+extern void fs_route_refresh_failed(const FsRouteWant *want);
+
 /* fs_reset(): zero the per-queue counters of fair dequeue. */
 extern void fs_fairqueue_reset_counters(void);
 

@@ -8,6 +8,8 @@
  *	                        commits apply them; how fair dequeue works
  *	  plan.c                planning a claim under the queue's lock
  *	  claim.c               fs_claim() and fs_ready_tenants()
+ *	  route.c               fs_claim() on a Citus coordinator: claims
+ *	                        shared among the worker nodes in fair order
  *	  recount.c             recounting backlogs from the table (fs_resync)
  *	  metrics.c             fs_fairness and fs_fair_shares
  *	  saved.c               fair dequeue's sections of the state file
@@ -629,7 +631,8 @@ typedef struct FsSelection
 } FsSelection;
 
 /* selection.c */
-extern void fs_selection_args(FunctionCallInfo fcinfo, FsFairDesc *desc, FsSelection *sel);
+extern void fs_selection_args(FunctionCallInfo fcinfo, int first, FsFairDesc *desc,
+							  FsSelection *sel);
 extern void fs_passed_over_reserve(FsSelection *sel, int more);
 extern void fs_passed_over_add(FsSelection *sel, const void *entry);
 extern bool fs_passed_over_has(const FsSelection *sel, const void *entry);
@@ -978,5 +981,11 @@ extern int64 fs_leaf_rows_ahead(FsQueue *queue, const char *tenant, const char *
 								int64 own_ahead, float8 cost, int32 *subkeys_ahead);
 /* claim.c */
 extern FsFairDesc *fs_fair_desc_arg(FunctionCallInfo fcinfo, int argno);
+
+/* route.c */
+extern Size fs_route_shmem_size(void);
+extern void fs_route_shmem_init(void);
+extern void fs_claim_routed(FunctionCallInfo fcinfo, FsFairDesc *desc, int32 max_rows,
+							ReturnSetInfo *rsinfo);
 
 #endif							/* FAIRSHARE_FAIRQUEUE_INT_H */

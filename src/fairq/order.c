@@ -178,8 +178,9 @@ fs_fair_struct_size(void)
 static Size
 fs_fairqueue_shmem_size(void)
 {
-	return add_size(add_size(fs_fair_struct_size(), fs_claim_map_shmem_size()),
-					fs_leaves_shmem_size());
+	return add_size(add_size(add_size(fs_fair_struct_size(), fs_claim_map_shmem_size()),
+							 fs_leaves_shmem_size()),
+					fs_route_shmem_size());
 }
 
 /* Ask for fair dequeue's shared memory and its lock tranche. */
@@ -251,6 +252,7 @@ fs_fairqueue_shmem_init(void)
 	fs_lockstats_name_locks("sub-key table", &locks[fs_max_queues + FS_CLAIM_PARTITIONS], 1);
 	fs_claim_map_shmem_init();
 	fs_leaves_shmem_init(&locks[fs_max_queues + FS_CLAIM_PARTITIONS].lock);
+	fs_route_shmem_init();
 }
 
 /* The fair-order state of `queue` (which must not be NULL). */

@@ -81,15 +81,15 @@ fs_selection_patterns(FunctionCallInfo fcinfo, int argno, const char *name)
 }
 
 /*
- * fs_claim()'s selection (selector_in, selector_not_in): only for a queue
- * registered with a selector.
+ * fs_claim()'s selection (selector_in, selector_not_in, arguments `first`
+ * and `first` + 1): only for a queue registered with a selector.
  */
 void
-fs_selection_args(FunctionCallInfo fcinfo, FsFairDesc *desc, FsSelection *sel)
+fs_selection_args(FunctionCallInfo fcinfo, int first, FsFairDesc *desc, FsSelection *sel)
 {
 	memset(sel, 0, sizeof(*sel));
-	sel->in = fs_selection_patterns(fcinfo, 4, "selector_in");
-	sel->not_in = fs_selection_patterns(fcinfo, 5, "selector_not_in");
+	sel->in = fs_selection_patterns(fcinfo, first, "selector_in");
+	sel->not_in = fs_selection_patterns(fcinfo, first + 1, "selector_not_in");
 	sel->active = sel->in != (Datum) 0 || sel->not_in != (Datum) 0;
 	if (sel->active && desc->selector == NULL)
 		ereport(ERROR,

@@ -19,6 +19,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "tcop/tcopprot.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -57,6 +58,7 @@ fs_scheduler_detach(int code pg_attribute_unused(), Datum arg pg_attribute_unuse
 {
 	pid_t		launcher;
 
+	fs_route_refresher_attach(false);
 	SpinLockAcquire(&fs_worker_shared->mutex);
 	if (fs_worker_shared->scheduler_pid == MyProcPid)
 	{
@@ -473,6 +475,67 @@ fs_scheduler_ready(void)
 }
 
 /*
+ * Ask the nodes of a Citus cluster the claimable weights that claims
+ * through this coordinator want (route.c), each in a transaction of its
+ * own, until `until` (the next pass: asks never hold it up for long).  A
+ * node that cannot be asked (within 2 s to connect) keeps its last weight
+ * until the next round; the failure is logged once a minute at most, and
+ * never stops the scheduler.  A cancel is not an ask that failed: it is
+ * thrown on.
+ */
+static void
+fs_scheduler_route_refresh(TimestampTz until)
+{
+	static TimestampTz logged_at = 0;
+	MemoryContext context = CurrentMemoryContext;
+	FsRouteWant *wants = palloc(sizeof(FsRouteWant) * FS_ROUTE_WANTS_MAX);
+	int			n = fs_route_wants(wants);
+	int			i;
+
+	pgstat_report_activity(STATE_RUNNING, "fairshare: asking the nodes' claimable weights");
+	for (i = 0; i < n && GetCurrentTimestamp() < until; i++)
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		PG_TRY();
+		{
+			(void) set_config_option("citus.node_connection_timeout", "2000", PGC_USERSET,
+									 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+			fs_route_refresh_one(&wants[i]);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(context);
+			edata = CopyErrorData();
+			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+				PG_RE_THROW();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			fs_route_refresh_failed(&wants[i]);
+			if (TimestampDifferenceExceeds(logged_at, GetCurrentTimestamp(), 60 * 1000))
+			{
+				ereport(LOG,
+						(errcode(edata->sqlerrcode),
+						 errmsg("fairshare scheduler could not ask node group %d the claimable weight of queue \"%s\": %s",
+								wants[i].group, wants[i].queue_name, edata->message),
+						 errhint("It asks again in 100 ms; claims through the coordinator use the last weight meanwhile.")));
+				logged_at = GetCurrentTimestamp();
+			}
+			FreeErrorData(edata);
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(context);
+	}
+	pfree(wants);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/*
  * Recount the backlog of every queue registered in this database: at the
  * scheduler's start, then every fairshare.resync_interval.  A failure (the
  * extension is older than fair dequeue, a queue's table is gone) is logged
@@ -602,6 +665,7 @@ fs_scheduler_main(Datum main_arg)
 	char	   *dbname;
 	bool		waiting_logged = false;
 	bool		attached;
+	TimestampTz pass_due_at = 0;	/* 0: a pass at once */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -628,11 +692,14 @@ fs_scheduler_main(Datum main_arg)
 	SetConfigOption("application_name", "fairshare scheduler", PGC_USERSET, PGC_S_OVERRIDE);
 	ereport(LOG, (errmsg("fairshare scheduler started in database \"%s\"", dbname)));
 
+	fs_route_refresher_attach(true);
 	for (;;)
 	{
 		TimestampTz as_of;
 		TimestampTz next;
 		long		timeout;
+		long		route_ms;
+		bool		pass_due = pass_due_at == 0 || GetCurrentTimestamp() >= pass_due_at;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -646,35 +713,55 @@ fs_scheduler_main(Datum main_arg)
 								dbname, fs_worker_database)));
 				proc_exit(0);
 			}
+			pass_due = true;
 		}
 
-		as_of = fs_now();
-		if (RecoveryInProgress())
-			fs_worker_set_state(FS_WORKER_STOPPED);
-		else if (!fs_scheduler_ready())
+		if (pass_due)
 		{
-			fs_worker_set_state(FS_WORKER_WAITING_EXTENSION);
-			if (!waiting_logged)
-				ereport(LOG,
-						(errmsg("fairshare scheduler is waiting for the extension in database \"%s\"",
-								dbname),
-						 errhint("Run CREATE EXTENSION fairshare (or ALTER EXTENSION fairshare UPDATE) there.")));
-			waiting_logged = true;
-		}
-		else
-		{
-			waiting_logged = false;
-			fs_scheduler_pass(as_of);
+			as_of = fs_now();
+			if (RecoveryInProgress())
+				fs_worker_set_state(FS_WORKER_STOPPED);
+			else if (!fs_scheduler_ready())
+			{
+				fs_worker_set_state(FS_WORKER_WAITING_EXTENSION);
+				if (!waiting_logged)
+					ereport(LOG,
+							(errmsg("fairshare scheduler is waiting for the extension in database \"%s\"",
+									dbname),
+							 errhint("Run CREATE EXTENSION fairshare (or ALTER EXTENSION fairshare UPDATE) there.")));
+				waiting_logged = true;
+			}
+			else
+			{
+				waiting_logged = false;
+				fs_scheduler_pass(as_of);
+			}
+
+			/*
+			 * The next pass is at the next minute boundary after as_of: runs
+			 * are on whole minutes.  A pass that ran past it goes again at
+			 * once.  With fairshare.debug_clock the clock only moves on
+			 * reload, which sets the latch.
+			 */
+			next = (as_of / (60 * USECS_PER_SEC) + 1) * (60 * USECS_PER_SEC);
+			timeout = fs_debug_clock > 0 ? 60 * 1000L : fs_ms_until(fs_now(), next);
+			pass_due_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), Max(timeout, 0));
 		}
 
 		/*
-		 * Sleep to the next minute boundary after as_of: runs are on whole
-		 * minutes.  A pass that ran past it goes again at once.  With
-		 * fairshare.debug_clock the clock only moves on reload, which sets
-		 * the latch.
+		 * Between passes, the nodes' claimable weights for claims through
+		 * a Citus coordinator, while they are wanted (route.c).
 		 */
-		next = (as_of / (60 * USECS_PER_SEC) + 1) * (60 * USECS_PER_SEC);
-		timeout = fs_debug_clock > 0 ? 60 * 1000L : fs_ms_until(fs_now(), next);
+		route_ms = fs_route_refresh_due_ms();
+		if (route_ms == 0 && !RecoveryInProgress())
+		{
+			fs_scheduler_route_refresh(pass_due_at);
+			route_ms = fs_route_refresh_due_ms();
+		}
+
+		timeout = fs_ms_until(GetCurrentTimestamp(), pass_due_at);
+		if (route_ms >= 0)
+			timeout = Min(timeout, Max(route_ms, 1));
 		if (timeout > 0)
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 timeout, PG_WAIT_EXTENSION);

@@ -13,7 +13,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use FairshareTest;
 
-our @EXPORT = qw(fs_citus_cluster fs_citus_node_of fs_citus_by_group fs_citus_observe_holders);
+our @EXPORT = qw(fs_citus_cluster fs_citus_node_of fs_citus_by_group fs_citus_observe_holders
+  fs_citus_claim_load);
 
 # fs_citus_cluster($workers, $extra): ($coordinator, @workers), started and
 # joined.  The nodes reach each other over TCP on 127.0.0.1 (Citus's
@@ -102,6 +103,67 @@ sub fs_citus_observe_holders
 	$observer->quit;
 	Test::More::like($stdout, qr/number of failed transactions: 0/, 'no pgbench transaction failed')
 	  or Test::More::diag($stderr);
+	Test::More::cmp_ok($polls, '>', 20, "the observer looked $polls times");
+	return $polls;
+}
+
+# fs_citus_claim_load($coordinator, $seconds, [$node, $clients], ...): for
+# $seconds, run $clients claimers connected to each $node, each claiming one
+# job of queue 'q' (rows of the distributed table `jobs`) at a time: claimed,
+# started (a row in `running`) and taken out of `jobs` in one transaction,
+# recorded in the table `served` (tenant) of the node it is connected to,
+# and finished in the next.  Meanwhile an observer on the coordinator
+# records every 50 ms how many jobs each tenant runs into `seen (tenant,
+# holders)`.  Checks that no claimer failed or stopped and that the
+# observer looked often enough.
+sub fs_citus_claim_load
+{
+	my ($coordinator, $seconds, @targets) = @_;
+	my $script = $coordinator->basedir . '/claim_load.sql';
+	unlink $script;
+	PostgreSQL::Test::Utils::append_to_file($script, <<'EOF');
+BEGIN;
+SELECT count(*) AS got, coalesce(max((job).tenant), '') AS t, coalesce(max((job).id), 0) AS id
+  FROM fs_claim('q', NULL::jobs, 1) \gset
+\if :got
+INSERT INTO running VALUES (':t', :id);
+DELETE FROM jobs WHERE tenant = ':t' AND id = :id;
+INSERT INTO served (tenant) VALUES (':t');
+\endif
+COMMIT;
+\if :got
+\sleep 1 ms
+DELETE FROM running WHERE tenant = ':t' AND job_id = :id;
+\endif
+EOF
+	my @runs;
+	for my $target (@targets)
+	{
+		my ($node, $clients) = @$target;
+		my ($stdout, $stderr) = ('', '');
+		my @cmd = ('pgbench', '-n', '-M', 'simple', '-c', $clients, '-j', ($clients > 4 ? 2 : 1), '-T',
+			$seconds, '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres');
+		push @runs, [ IPC::Run::start(\@cmd, '>', \$stdout, '2>', \$stderr), \$stdout, \$stderr ];
+	}
+	my $observer = $coordinator->background_psql('postgres');
+	my $polls = 0;
+	while (grep { $_->[0]->pumpable } @runs)
+	{
+		$observer->query_safe("INSERT INTO seen SELECT tenant, count(*) FROM running GROUP BY tenant");
+		$polls++;
+		# One pgbench may end before another: pump only what still runs.
+		eval { $_->[0]->pump_nb; 1 } for grep { $_->[0]->pumpable } @runs;
+		select(undef, undef, undef, 0.05);
+	}
+	$_->[0]->finish for @runs;
+	$observer->quit;
+	for my $run (@runs)
+	{
+		Test::More::like(${ $run->[1] }, qr/number of failed transactions: 0/, 'no claimer transaction failed')
+		  or Test::More::diag(${ $run->[2] });
+		Test::More::unlike(${ $run->[2] }, qr/aborted|ERROR/, 'and no claimer stopped')
+		  or Test::More::diag(${ $run->[2] });
+	}
 	Test::More::cmp_ok($polls, '>', 20, "the observer looked $polls times");
 	return $polls;
 }
