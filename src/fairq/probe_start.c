@@ -69,8 +69,10 @@
 
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "utils/rel.h"
 #include "common/hashfn.h"
 #include "datatype/timestamp.h"
 #include "utils/builtins.h"
@@ -151,6 +153,34 @@ fs_probe_start_datum(Oid type, int64 value)
 }
 
 /*
+ * Does fairshare's row trigger on `rel` fire on updates of column
+ * `attnum`?  It must, for a row moved within its tenant's order to void
+ * the tenant's start at commit.  A registration made before probe starts
+ * existed (an upgrade) has a trigger that fires only on updates of the
+ * columns it read then, until the queue is registered again.
+ */
+static bool
+fs_probe_start_trigger_covers(Relation rel, AttrNumber attnum)
+{
+	TriggerDesc *td = rel->trigdesc;
+
+	for (int i = 0; td != NULL && i < td->numtriggers; i++)
+	{
+		Trigger    *t = &td->triggers[i];
+
+		if (strcmp(t->tgname, FS_TRIGGER_READY) != 0)
+			continue;
+		if (!TRIGGER_FOR_UPDATE(t->tgtype))
+			return false;
+		for (int k = 0; k < t->tgnattr; k++)
+			if (t->tgattr[k] == attnum)
+				return true;
+		return t->tgnattr == 0;	/* no column list: every update */
+	}
+	return false;
+}
+
+/*
  * Decide whether the claims of `desc` (its texts set, `rel` its ready table
  * open) use probe starts, and on which columns (the file header says which
  * queues do).  Called with the registrations' search_path in effect.
@@ -180,7 +210,8 @@ fs_probe_start_columns(FsFairDesc *desc, Relation rel)
 			var->varattno > RelationGetNumberOfAttributes(rel))
 			return;
 		attr = TupleDescAttr(RelationGetDescr(rel), var->varattno - 1);
-		if (!attr->attnotnull || attr->attisdropped || fs_probe_start_width(attr->atttypid) == 0)
+		if (!attr->attnotnull || attr->attisdropped || fs_probe_start_width(attr->atttypid) == 0 ||
+			!fs_probe_start_trigger_covers(rel, var->varattno))
 			return;
 		desc->start_attnums[n] = var->varattno;
 		desc->start_types[n] = attr->atttypid;

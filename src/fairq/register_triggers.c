@@ -33,20 +33,29 @@
 #define FS_TRIGGER_READY_T	"fs_fair_ready_truncate"
 #define FS_TRIGGER_RUN_T	"fs_fair_running_truncate"
 
-/* Add the columns `text` (compiled against rel) reads to *cols. */
+/*
+ * Add the columns `text` (compiled against rel) reads to *cols; with
+ * FS_EXPR_ORDER, `text` is an order_by list.
+ */
 static void
 fs_add_columns(Bitmapset **cols, const char *text, Relation rel, FsExprRole role,
 			   const char *queue)
 {
 	int			nest;
-	Node	   *expr;
 
 	if (text == NULL)
 		return;
 	nest = fs_search_path_begin();
-	expr = fs_compile(text, rel, role, queue);
+	if (role == FS_EXPR_ORDER)
+	{
+		ListCell   *lc;
+
+		foreach(lc, fs_compile_order(text, rel, queue))
+			pull_varattnos(((FsOrderItem *) lfirst(lc))->expr, 1, cols);
+	}
+	else
+		pull_varattnos(fs_compile(text, rel, role, queue), 1, cols);
 	fs_search_path_end(nest);
-	pull_varattnos(expr, 1, cols);
 }
 
 /*
@@ -185,7 +194,7 @@ fs_registrations_of(List *relids)
 		elems[i++] = ObjectIdGetDatum(lfirst_oid(lc));
 	values[0] = PointerGetDatum(construct_array(elems, i, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
 	fs_spi(psprintf("SELECT queue, ready_table::pg_catalog.oid, running_table::pg_catalog.oid,"
-					" tenant, ready_filter, key, cost, running_filter, running_key, subkey"
+					" tenant, ready_filter, key, cost, running_filter, running_key, subkey, order_by"
 					"  FROM %s.fs_fair_queues"
 					" WHERE ready_table::pg_catalog.oid = ANY ($1)"
 					"    OR running_table::pg_catalog.oid = ANY ($1)",
@@ -287,6 +296,11 @@ fs_make_home_triggers(Oid home, bool ready_home, bool running_home, SPITupleTabl
 			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 6), rel, own, FS_EXPR_KEY, queue);
 			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 7), rel, own, FS_EXPR_COST, queue);
 			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 10), rel, own, FS_EXPR_SUBKEY, queue);
+			/*
+			 * The order too: a row moved within its tenant's order tells
+			 * the probe starts it may now sort below (probe_start.c).
+			 */
+			fs_add_columns_of(&ready_cols, SPI_getvalue(tuple, desc, 11), rel, own, FS_EXPR_ORDER, queue);
 			if (own != rel)
 				relation_close(own, NoLock);
 		}

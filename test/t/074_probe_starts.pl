@@ -68,7 +68,11 @@ my $check = q{
 	BEGIN;
 	CREATE TEMP TABLE got ON COMMIT DROP AS
 	  SELECT j.tenant, (j.job).priority, (j.job).id FROM fs_claim('pq', NULL::pj, 30) j;
-	SELECT count(*) || ' ' || (SELECT count(*) || '/' || count(DISTINCT tenant) FROM got)
+	SELECT count(*) || ' ' || (SELECT count(*) || '/' || count(DISTINCT tenant) FROM got) || ' '
+	       || coalesce(string_agg(format('%s got %s, first %s', g.tenant, g.ids,
+	                                     ARRAY(SELECT ROW(p.priority, p.id)::text FROM pj p
+	                                            WHERE p.tenant = g.tenant
+	                                            ORDER BY p.priority, p.id LIMIT g.k + 2)), '; '), '')
 	  FROM (SELECT tenant, array_agg(id ORDER BY priority, id) AS ids, count(*) AS k
 	          FROM got GROUP BY 1) g
 	 WHERE g.ids <> ARRAY(SELECT id FROM pj WHERE tenant = g.tenant ORDER BY priority, id LIMIT g.k);
@@ -96,8 +100,19 @@ for my $burst (1 .. 3)
 		"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'client backend'"
 		  . " AND pid <> pg_backend_pid()")
 	  or die "pgbench's backends did not end";
-	my ($wrong, $got) = split / /, $q->($check);
-	is($wrong, '0', "burst $burst: a claim took each tenant's first rows, in order");
+	my ($wrong, $got, $detail) = split / /, $q->($check), 3;
+	is($wrong, '0', "burst $burst: a claim took each tenant's first rows, in order")
+	  or do
+	{
+		diag("the claim's rows of each tenant it served out of order, and the tenant's first rows"
+			  . " (priority, id): $detail");
+		diag("why each tenant's first row waits: "
+			  . $q->("SELECT string_agg(f.tenant || ' ' || f.id || ': ' || x.reason || ' ' || x.detail, E'\\n')"
+				  . " FROM (SELECT DISTINCT ON (tenant) tenant, id FROM pj ORDER BY tenant, priority, id) f,"
+				  . " LATERAL fs_explain_wait('pq', f.id::text) x"));
+		sleep 2;
+		diag("the same claim 2 s later: " . $q->($check));
+	};
 	is($got, '30/3', "burst $burst: the claim got 30 rows, of all three tenants");
 }
 
