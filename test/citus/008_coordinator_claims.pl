@@ -6,7 +6,7 @@
 # phase on that node and keeps to it.  Under load, claimers connected to
 # the coordinator get every tenant its weighted share of the whole cluster
 # (Jain's index over all tenants), while an observer checks that no tenant
-# ever runs more jobs than its limit.
+# ever runs more jobs than its limit.  Claims follow a shard that moves.
 use strict;
 use warnings;
 
@@ -126,5 +126,25 @@ is(join(',', map { $_->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_x
 	'no prepared transaction is left');
 is(join(',', map { $_->safe_psql('postgres', "SELECT count(*) FROM fs_leases WHERE queue = 'q'") } @workers), '0,0',
 	'every lease was released');
+
+# A shard moved to the other node: claims through the coordinator follow
+# it, also in a session that claimed before the move.
+$q->("TRUNCATE jobs, running");
+$q->("INSERT INTO jobs SELECT '$b1', i FROM generate_series(1, 30) i");
+my ($node_a, $node_b) = @by_group{@groups};
+my $mover = $q->("SELECT get_shard_id_for_distribution_column('jobs', '$b1')");
+my $claim_node = sub {
+	my ($session) = @_;
+	return $session->query_safe(
+		"BEGIN; SELECT fs_lease_node(lease_id) FROM fs_claim('q', NULL::jobs, 1); ROLLBACK;");
+};
+my $claimer = $coord->background_psql('postgres');
+sleep 1;	# the scheduler's weights
+is($claim_node->($claimer), $groups[1], "before the move, $b1's rows come from the second node");
+$q->("SELECT citus_move_shard_placement($mover, '127.0.0.1', " . $node_b->port . ", '127.0.0.1', "
+	  . $node_a->port . ", shard_transfer_mode => 'block_writes')");
+sleep 1;
+is($claim_node->($claimer), $groups[0], 'after it, from the first node, in the same session');
+$claimer->quit;
 
 done_testing();
