@@ -590,7 +590,7 @@ typedef struct FsForwardPlan
 	SPIPlanPtr	plan;
 } FsForwardPlan;
 
-#define FS_FORWARD_PLANS	4
+#define FS_FORWARD_PLANS	5
 static FsForwardPlan forward_plans[FS_FORWARD_PLANS];
 
 /*
@@ -644,7 +644,7 @@ fs_cluster_forward_plan(const char *function, int nargs, Oid *argtypes)
  * level; inside one it joins the transaction.  (A function body counts as a
  * block for Citus unless function_opens_transaction_block is off.)
  */
-static void
+void
 fs_cluster_forward(int32 node, const char *function, int nargs, Oid *argtypes, Datum *values,
 				   Datum *result, bool *isnull)
 {

@@ -47,6 +47,8 @@ extern bool fs_cluster_forward_lease(const char *function, int64 lease_id, int64
 									 bool *result, bool *isnull);
 extern void fs_cluster_check_lease_here(const char *function, int64 lease_id);
 extern void fs_cluster_check_anchor_arg(FunctionCallInfo fcinfo, const char *function);
+extern void fs_cluster_forward(int32 node, const char *function, int nargs, Oid *argtypes,
+							   Datum *values, Datum *result, bool *isnull);
 extern void fs_cluster_broadcast(const char *function, int nargs, Oid *argtypes, Datum *values);
 extern void fs_cluster_check_coordinator(const char *function);
 extern bool fs_cluster_is_distributed(Oid relid);

@@ -910,6 +910,23 @@ fs_fair_refresh_limits(FsFairDesc *desc)
 static Datum fs_claim_common(FunctionCallInfo fcinfo, int first);
 
 /*
+ * May the caller claim rows of `desc`'s queue?  fs_claim() locks them FOR
+ * UPDATE: SELECT and UPDATE on the table, and USAGE on its schema.
+ */
+static void
+fs_claim_check_access(FsFairDesc *desc)
+{
+	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
+		pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to claim rows of %s", desc->ready_name),
+				 errhint("fs_claim() locks rows FOR UPDATE: it needs SELECT and UPDATE on the table.")));
+	fs_fair_check_schema_usage(desc, "fs_claim");
+}
+
+
+/*
  * fs_claim(queue text, row_type anyelement, max_rows int, lease interval,
  *			selector_in text[], selector_not_in text[])
  *	 RETURNS TABLE(lease_id bigint, tenant text, job anyelement)
@@ -985,13 +1002,7 @@ fs_claim_common(FunctionCallInfo fcinfo, int first)
 	lease_usecs = PG_ARGISNULL(first + 3) ? desc->lease_usecs :
 		fs_lease_interval_arg(fcinfo, first + 3, "lease");
 	fs_selection_args(fcinfo, first + 4, desc, &sel);
-	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
-		pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to claim rows of %s", desc->ready_name),
-				 errhint("fs_claim() locks rows FOR UPDATE: it needs SELECT and UPDATE on the table.")));
-	fs_fair_check_schema_usage(desc, "fs_claim");
+	fs_claim_check_access(desc);
 
 	InitMaterializedSRF(fcinfo, 0);
 	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
@@ -1283,13 +1294,7 @@ fs_claimable_weight_at(PG_FUNCTION_ARGS)
 	fs_check_loaded();
 	fs_cluster_check_anchor_arg(fcinfo, "fs_claimable_weight_at");
 	desc = fs_fair_desc_arg(fcinfo, 1);
-	if (pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
-		pg_class_aclcheck(desc->ready_relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to claim rows of %s", desc->ready_name),
-				 errhint("fs_claim() locks rows FOR UPDATE: it needs SELECT and UPDATE on the table.")));
-	fs_fair_check_schema_usage(desc, "fs_claim");
+	fs_claim_check_access(desc);
 	if (desc->nparts == 0)
 		PG_RETURN_FLOAT8(0);
 	list = fs_ready_tenants_list(desc, &n);

@@ -264,36 +264,26 @@ fs_route_schema(void)
 }
 
 /*
- * Ask node group `group` its claimable weight of `queue` and keep it.  In
- * SPI, outside a transaction block (the call is the node's own).
+ * Ask node group `group` its claimable weight of `queue` (a delegated call
+ * of fs_claimable_weight_at()) and keep it.  Outside a transaction block
+ * (the call is the node's own).
  */
 static float8
-fs_route_ask(const char *queue, int32 group, const char *schema)
+fs_route_ask(const char *queue, int32 group)
 {
-	char	   *anchor = fs_cluster_node_anchor(group);
-	char	   *sql;
 	Oid			argtypes[2] = {TEXTOID, TEXTOID};
 	Datum		values[2];
 	Datum		answer;
 	bool		isnull;
 	float8		weight = 0;
 
-	if (anchor != NULL)
+	if (fs_cluster_node_anchor(group) != NULL)
 	{
-		sql = psprintf("SELECT * FROM %s.fs_claimable_weight_at($1, $2)", schema);
-		values[0] = CStringGetTextDatum(anchor);
 		values[1] = CStringGetTextDatum(queue);
-		if (SPI_execute_with_args(sql, 2, argtypes, values, NULL, false, 1) != SPI_OK_SELECT ||
-			SPI_processed != 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("fs_claimable_weight_at() on node group %d returned no row", group)));
-		answer = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		fs_cluster_forward(group, "fs_claimable_weight", 2, argtypes, values, &answer, &isnull);
 		/* Kept within bounds, so that a pass moves on by a finite step. */
 		if (!isnull && DatumGetFloat8(answer) > 0)
 			weight = Min(Max(DatumGetFloat8(answer), FS_ROUTE_MIN_WEIGHT), FS_ROUTE_MAX_WEIGHT);
-		SPI_freetuptable(SPI_tuptable);
-		pfree(sql);
 	}
 	fs_route_store(queue, group, weight, true);
 	return weight;
@@ -389,19 +379,10 @@ fs_route_refresh_failed(const FsRouteWant *want)
 void
 fs_route_refresh_one(const FsRouteWant *want)
 {
-	int			nestlevel;
-
 	if (get_extension_oid("fairshare", true) == InvalidOid)
-	{
 		fs_route_store(want->queue_name, want->group, -1, true);
-		return;
-	}
-	nestlevel = fs_cluster_route_begin();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	(void) fs_route_ask(want->queue_name, want->group, fs_route_schema());
-	SPI_finish();
-	fs_cluster_route_end(nestlevel);
+	else
+		(void) fs_route_ask(want->queue_name, want->group);
 }
 
 /* ----------------------------------------------------------------
@@ -600,7 +581,7 @@ fs_claim_routed(FunctionCallInfo fcinfo, FsFairDesc *desc, int32 max_rows, Retur
 								   FS_ROUTE_STALE_USECS / 1000) && !in_block)
 	{
 		for (i = 0; i < route->nnodes; i++)
-			(void) fs_route_ask(desc->queue_name, route->nodes[i].group, schema);
+			(void) fs_route_ask(desc->queue_name, route->nodes[i].group);
 		(void) fs_route_read(desc, route);
 	}
 	for (i = 0; i < route->nnodes; i++)

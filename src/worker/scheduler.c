@@ -475,6 +475,49 @@ fs_scheduler_ready(void)
 }
 
 /*
+ * Run fn(arg) in a transaction of its own.  Returns NULL when it committed,
+ * else the error (the transaction aborted; the caller logs and frees it).
+ * With `throw_cancel`, a cancel is thrown on rather than returned.
+ */
+static ErrorData *
+fs_scheduler_in_transaction(void (*fn) (void *), void *arg, bool throw_cancel)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ErrorData  *volatile edata = NULL;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	PG_TRY();
+	{
+		fn(arg);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (throw_cancel && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			PG_RE_THROW();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(context);
+	return edata;
+}
+
+/* One weight asked (fs_scheduler_route_refresh()), within 2 s to connect. */
+static void
+fs_scheduler_route_ask(void *arg)
+{
+	(void) set_config_option("citus.node_connection_timeout", "2000", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	fs_route_refresh_one((const FsRouteWant *) arg);
+}
+
+/*
  * Ask the nodes of a Citus cluster the claimable weights that claims
  * through this coordinator want (route.c), each in a transaction of its
  * own, until `until` (the next pass: asks never hold it up for long).  A
@@ -487,7 +530,6 @@ static void
 fs_scheduler_route_refresh(TimestampTz until)
 {
 	static TimestampTz logged_at = 0;
-	MemoryContext context = CurrentMemoryContext;
 	FsRouteWant *wants = palloc(sizeof(FsRouteWant) * FS_ROUTE_WANTS_MAX);
 	int			n = fs_route_wants(wants);
 	int			i;
@@ -495,44 +537,31 @@ fs_scheduler_route_refresh(TimestampTz until)
 	pgstat_report_activity(STATE_RUNNING, "fairshare: asking the nodes' claimable weights");
 	for (i = 0; i < n && GetCurrentTimestamp() < until; i++)
 	{
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		PG_TRY();
-		{
-			(void) set_config_option("citus.node_connection_timeout", "2000", PGC_USERSET,
-									 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
-			fs_route_refresh_one(&wants[i]);
-			PopActiveSnapshot();
-			CommitTransactionCommand();
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
+		ErrorData  *edata = fs_scheduler_in_transaction(fs_scheduler_route_ask, &wants[i], true);
 
-			MemoryContextSwitchTo(context);
-			edata = CopyErrorData();
-			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-				PG_RE_THROW();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			fs_route_refresh_failed(&wants[i]);
-			if (TimestampDifferenceExceeds(logged_at, GetCurrentTimestamp(), 60 * 1000))
-			{
-				ereport(LOG,
-						(errcode(edata->sqlerrcode),
-						 errmsg("fairshare scheduler could not ask node group %d the claimable weight of queue \"%s\": %s",
-								wants[i].group, wants[i].queue_name, edata->message),
-						 errhint("It asks again in 100 ms; claims through the coordinator use the last weight meanwhile.")));
-				logged_at = GetCurrentTimestamp();
-			}
-			FreeErrorData(edata);
+		if (edata == NULL)
+			continue;
+		fs_route_refresh_failed(&wants[i]);
+		if (TimestampDifferenceExceeds(logged_at, GetCurrentTimestamp(), 60 * 1000))
+		{
+			ereport(LOG,
+					(errcode(edata->sqlerrcode),
+					 errmsg("fairshare scheduler could not ask node group %d the claimable weight of queue \"%s\": %s",
+							wants[i].group, wants[i].queue_name, edata->message),
+					 errhint("It asks again in 100 ms; claims through the coordinator use the last weight meanwhile.")));
+			logged_at = GetCurrentTimestamp();
 		}
-		PG_END_TRY();
-		MemoryContextSwitchTo(context);
+		FreeErrorData(edata);
 	}
 	pfree(wants);
 	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* fs_fairqueue_resync_all(), for fs_scheduler_in_transaction(). */
+static void
+fs_scheduler_resync_all(void *arg pg_attribute_unused())
+{
+	(void) fs_fairqueue_resync_all();
 }
 
 /*
@@ -546,7 +575,7 @@ fs_scheduler_resync(void)
 {
 	static TimestampTz last_resync_at = 0;
 	TimestampTz now = GetCurrentTimestamp();
-	MemoryContext context = CurrentMemoryContext;
+	ErrorData  *edata;
 
 	/* The interval is read each time: a reload that shortens it counts. */
 	if (last_resync_at != 0 &&
@@ -556,29 +585,15 @@ fs_scheduler_resync(void)
 	last_resync_at = now;
 
 	pgstat_report_activity(STATE_RUNNING, "fairshare: recounting fair-dequeue queues");
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	PG_TRY();
+	edata = fs_scheduler_in_transaction(fs_scheduler_resync_all, NULL, false);
+	if (edata != NULL)
 	{
-		(void) fs_fairqueue_resync_all();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
 		ereport(LOG,
 				(errcode(edata->sqlerrcode),
 				 errmsg("fairshare scheduler could not recount fair-dequeue queues: %s", edata->message),
 				 errhint("It tries again in fairshare.resync_interval; fs_resync() recounts now.")));
 		FreeErrorData(edata);
 	}
-	PG_END_TRY();
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
