@@ -29,15 +29,21 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_language.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/planner.h"
+#include "parser/parsetree.h"
 #include "miscadmin.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
+#include "utils/syscache.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -86,6 +92,8 @@ static uint64 map_invalidations = 0;
 static FsShard *map_shards = NULL;
 static int	map_count = 0;
 
+static planner_hook_type prev_planner_hook = NULL;
+
 /* An anchor per node: a value whose shard is on that node (-1: not looked for, -2: none). */
 static int32 anchors[FS_LEASE_NODE_MAX + 1];
 
@@ -132,12 +140,140 @@ fs_cluster_forget(void)
 	setup_loaded = false;
 }
 
-/* Register the invalidation callback (at _PG_init). */
+/*
+ * The functions fs_citus_setup() has Citus delegate, by their first
+ * argument (a tenant, or a node anchor).
+ */
+static const char *const fs_delegated[] = {
+	/* by a tenant: the first three */
+	"fs_acquire_slot", "fs_spend_tokens", "fs_charge_tokens",
+	/* by a node anchor */
+	"fs_release_slot_at",
+	"fs_renew_slot_at", "fs_worker_heartbeat_at", "fs_report_latency_at", "fs_claim_at",
+	"fs_claimable_weight_at",
+};
+
+/*
+ * The single function call of a statement in the shape Citus delegates
+ * (SELECT f(...), SELECT ... FROM f(...)), or NULL.
+ */
+static FuncExpr *
+fs_cluster_delegable_call(Query *parse)
+{
+	FromExpr   *jointree = parse->jointree;
+	Node	   *expr = NULL;
+
+	if (parse->commandType != CMD_SELECT || jointree == NULL || jointree->quals != NULL)
+		return NULL;
+	if (list_length(jointree->fromlist) == 1 && IsA(linitial(jointree->fromlist), RangeTblRef))
+	{
+		RangeTblEntry *rte = rt_fetch(((RangeTblRef *) linitial(jointree->fromlist))->rtindex,
+									  parse->rtable);
+
+		if (rte->rtekind == RTE_FUNCTION && list_length(rte->functions) == 1)
+			expr = ((RangeTblFunction *) linitial(rte->functions))->funcexpr;
+	}
+	else if (jointree->fromlist == NIL && list_length(parse->targetList) == 1)
+		expr = (Node *) ((TargetEntry *) linitial(parse->targetList))->expr;
+	return expr != NULL && IsA(expr, FuncExpr) ? (FuncExpr *) expr : NULL;
+}
+
+/* Is `value` (a call's argument) NULL, as the planner will see it? */
+static bool
+fs_cluster_arg_is_null(Node *value, ParamListInfo params)
+{
+	if (IsA(value, Const))
+		return ((Const *) value)->constisnull;
+	if (IsA(value, Param) && ((Param *) value)->paramkind == PARAM_EXTERN && params != NULL)
+	{
+		int			id = ((Param *) value)->paramid;
+		ParamExternData workspace;
+		ParamExternData *prm;
+
+		if (id <= 0 || id > params->numParams)
+			return false;
+		prm = params->paramFetch != NULL ?
+			params->paramFetch(params, id, true, &workspace) : &params->params[id - 1];
+		return prm != NULL && OidIsValid(prm->ptype) && prm->isnull;
+	}
+	return false;
+}
+
+/*
+ * If `funcid` is one of fairshare's delegated functions, raise the error
+ * it raises itself for a NULL first argument.
+ */
+static void
+fs_cluster_check_delegated_arg(Oid funcid)
+{
+	HeapTuple	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
+	NameData	name;
+	bool		ours = false;
+	int			i;
+
+	if (!HeapTupleIsValid(tuple))
+		return;
+	name = ((Form_pg_proc) GETSTRUCT(tuple))->proname;
+	if (((Form_pg_proc) GETSTRUCT(tuple))->prolang == ClanguageId)
+	{
+		bool		isnull;
+		Datum		bin = SysCacheGetAttr(PROCOID, tuple, Anum_pg_proc_probin, &isnull);
+
+		if (!isnull)
+		{
+			char	   *path = TextDatumGetCString(bin);
+			size_t		len = strlen(path);
+
+			ours = len >= strlen("fairshare") &&
+				strcmp(path + len - strlen("fairshare"), "fairshare") == 0;
+		}
+	}
+	ReleaseSysCache(tuple);
+	for (i = 0; ours && i < (int) lengthof(fs_delegated); i++)
+		if (strcmp(NameStr(name), fs_delegated[i]) == 0)
+			break;
+	if (!ours || i == (int) lengthof(fs_delegated))
+		return;
+	if (i < 3)					/* fs_acquire_slot, fs_spend_tokens, fs_charge_tokens */
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("tenant must not be null"),
+				 errhint("Pass the tenant's key, for example its id.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("node_anchor must not be null"),
+			 errhint("%s() is what fairshare's own calls on a Citus coordinator send to a node.",
+					 NameStr(name))));
+}
+
+/*
+ * planner_hook: refuse a delegable call of one of fairshare's delegated
+ * functions whose first argument is NULL, before Citus's planner sees it:
+ * Citus 13.2 looks up the shard of a NULL distribution value and crashes
+ * the backend.  The error is the one the function would raise itself.
+ */
+static PlannedStmt *
+fs_cluster_planner(Query *parse, const char *query_string, int cursor_options,
+				   ParamListInfo params)
+{
+	FuncExpr   *call = fs_cluster_absent ? NULL : fs_cluster_delegable_call(parse);
+
+	if (call != NULL && call->args != NIL &&
+		fs_cluster_arg_is_null(linitial(call->args), params))
+		fs_cluster_check_delegated_arg(call->funcid);
+	return prev_planner_hook != NULL ?
+		prev_planner_hook(parse, query_string, cursor_options, params) :
+		standard_planner(parse, query_string, cursor_options, params);
+}
+
+/* Register the invalidation callback and the planner hook (at _PG_init). */
 void
 fs_cluster_init(void)
 {
 	CacheRegisterRelcacheCallback(fs_cluster_relcache_callback, (Datum) 0);
 	RegisterXactCallback(fs_cluster_xact_callback, NULL);
+	prev_planner_hook = planner_hook;
+	planner_hook = fs_cluster_planner;
 }
 
 /* Column `name` of catalog relation `relid`, or an error. */

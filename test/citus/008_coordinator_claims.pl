@@ -48,6 +48,26 @@ my ($ret, $out, $err) = $coord->psql('postgres',
 	"SELECT count(*) FROM (SELECT * FROM fs_claim_at('fairshare-node-0', 'q', NULL::jobs, 1) LIMIT 1) c");
 like($err, qr/fs_claim_at\(\) ran on node group 0, not on group \d+ that holds its anchor's shard/,
 	'fs_claim_at() that Citus does not delegate refuses to claim');
+($ret, $out, $err) = $coord->psql('postgres',
+	"SELECT count(*) FROM (SELECT * FROM fs_claimable_weight_at('fairshare-node-0', 'q') LIMIT 1) w");
+like($err, qr/fs_claimable_weight_at\(\) ran on node group 0, not on group \d+/,
+	'so does fs_claimable_weight_at()');
+# A NULL tenant or anchor in a call Citus would delegate is refused before
+# Citus looks up its shard (Citus 13.2 crashes the backend on that).
+for my $call ("SELECT fs_claimable_weight_at(NULL, 'q')", "SELECT * FROM fs_release_slot_at(NULL, 1)",
+	"BEGIN; SELECT fs_claim_at(NULL, 'q', NULL::jobs, 1); COMMIT")
+{
+	($ret, $out, $err) = $coord->psql('postgres', $call);
+	like($err, qr/node_anchor must not be null/, "a NULL anchor is refused: $call");
+}
+for my $call ("SELECT fs_acquire_slot(NULL, 'q')", "SELECT * FROM fs_spend_tokens(NULL, 1)",
+	"BEGIN; SELECT fs_charge_tokens(NULL, 1.0); COMMIT",
+	"PREPARE a(text) AS SELECT fs_acquire_slot(\$1, 'q'); EXECUTE a(NULL)")
+{
+	($ret, $out, $err) = $coord->psql('postgres', $call);
+	like($err, qr/tenant must not be null/, "a NULL tenant is refused: $call");
+}
+is($q->("SELECT 1"), 1, 'and the coordinator is still up');
 
 # One claim in a transaction after another, each claimed, started and taken
 # out of the ready table: the first node holds 1 tenant of weight 1, the
