@@ -267,6 +267,9 @@ fs_drop_created_index(Oid indexoid, const char *queue_name)
 
 	if (!OidIsValid(indexoid) || get_rel_name(indexoid) == NULL)
 		return;
+	/* A distributed table's index is the coordinator's, as its triggers are. */
+	if (fs_cluster_group() != 0 && fs_cluster_is_distributed(IndexGetRelation(indexoid, false)))
+		return;
 	values[0] = ObjectIdGetDatum(indexoid);
 	values[1] = CStringGetTextDatum(queue_name);
 	fs_spi(psprintf("SELECT 1 FROM %s.fs_fair_queues WHERE ready_index = $1 AND queue <> $2",

@@ -258,4 +258,26 @@ is( join(',', map { $_->safe_psql('postgres', "SELECT count(*) FROM fs_fair_queu
 	'0,0,0', 'and its registration is gone from every node');
 is($q->("SELECT count(*) FROM fs_cluster_queues"), 0, 'and from fs_cluster_queues');
 
+# The running table of a registered queue dropped, its ready table kept:
+# each node's own cleanup of the registration leaves the ready table's
+# triggers to the coordinator (Citus refuses a node's DDL on a distributed
+# table), whose cleanup drops them everywhere.
+$q->("CREATE TABLE kept (tenant text NOT NULL, id bigint NOT NULL, PRIMARY KEY (tenant, id))");
+$q->("SELECT create_distributed_table('kept', 'tenant', colocate_with => 'jobs')");
+$q->("CREATE TABLE gone (tenant text NOT NULL, job_id bigint NOT NULL, PRIMARY KEY (tenant, job_id))");
+$q->("SELECT create_distributed_table('gone', 'tenant', colocate_with => 'jobs')");
+$q->("SELECT fs_register_queue('kq', 'kept', 'tenant', 'id', key => 'id', running_table => 'gone',"
+	  . " running_key => 'job_id')");
+my $fs_triggers = "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'fs\\_fair\\_%' AND tgrelid::regclass::text LIKE 'kept%'";
+like(join(',', map { $_->safe_psql('postgres', $fs_triggers) } $coord, @workers), qr/^[1-9]\d*,[1-9]\d*,[1-9]\d*$/,
+	'the ready table has its triggers on every node');
+($ret, $out, $err) = $coord->psql('postgres', "DROP TABLE gone");
+is($ret, 0, "a registered queue's distributed running table can be dropped") or diag($err);
+is( join(',', map { $_->safe_psql('postgres', "SELECT count(*) FROM fs_fair_queues WHERE queue = 'kq'") } $coord, @workers),
+	'0,0,0', 'and the registration is gone from every node');
+is(join(',', map { $_->safe_psql('postgres', $fs_triggers) } $coord, @workers), '0,0,0',
+	"and so are the ready table's triggers, on the table and its shards");
+$q->("INSERT INTO kept VALUES " . join(', ', map { "('$_', 1)" } @on_a, @on_b));
+is($q->("SELECT count(*) FROM kept"), scalar(@on_a) + scalar(@on_b), 'and the ready table takes rows');
+
 done_testing();

@@ -26,15 +26,24 @@ module Fairshare
       # `lease`: how long a claimed job's slot is held without renewal
       # (default: Solid Queue's process_alive_threshold); each process
       # heartbeat renews the leases of the jobs its workers claimed.
-      def enable!(queue: DEFAULT_QUEUE, lease: nil)
+      # `citus`: Solid Queue's ready and claimed executions are distributed
+      # by Citus by their queue_name (claimed executions with a queue_name
+      # column): claimed executions are written, and ready ones deleted,
+      # one queue at a time, so that each statement reaches one shard.
+      def enable!(queue: DEFAULT_QUEUE, lease: nil, citus: false)
         @queue = queue.to_s
         @lease = lease
+        @citus = citus
         install_when_loaded
         self
       end
 
       def enabled?
         !@queue.nil?
+      end
+
+      def citus?
+        enabled? && @citus
       end
 
       # The leases held by this process's workers, renewed by heartbeats.
@@ -81,13 +90,14 @@ module Fairshare
       # every queue) in fair order; returns ReadyExecution records holding
       # id and job_id, as Solid Queue's own candidate query does.
       def claim_candidates(model, names, limit)
-        sql = "SELECT (c.job).id AS id, (c.job).job_id AS job_id, c.lease_id AS lease_id " \
+        sql = "SELECT (c.job).id AS id, (c.job).job_id AS job_id, (c.job).queue_name AS queue_name, " \
+              "c.lease_id AS lease_id " \
               "FROM fs_claim(?, NULL::#{model.quoted_table_name}, ?, ? * interval '1 second', ?::text[]) AS c"
         rows = Fairshare::SQL.select(model.connection, sql, queue, Integer(limit), lease_seconds,
                                      Fairshare::SQL.text_array(names))
         rows.map do |row|
           leases.add(row["job_id"], row["lease_id"])
-          model.instantiate("id" => row["id"], "job_id" => row["job_id"])
+          model.instantiate("id" => row["id"], "job_id" => row["job_id"], "queue_name" => row["queue_name"])
         end
       end
 
@@ -183,6 +193,23 @@ module Fairshare
         return super if names == :unknown || !Fairshare::SolidQueue.enabled?
 
         Fairshare::SolidQueue.claim_candidates(self, names, limit)
+      end
+
+      # Solid Queue's lock of the candidates; on Citus one queue (one shard)
+      # per statement, the claimed executions with their queue_name.
+      def lock_candidates(executions, process_id)
+        return super unless Fairshare::SolidQueue.citus?
+
+        executions.group_by(&:queue_name).flat_map do |queue_name, group|
+          now = Time.current
+          ::SolidQueue::ClaimedExecution.insert_all!(
+            group.map { |e| { job_id: e.job_id, process_id: process_id, queue_name: queue_name, created_at: now } }
+          )
+          claimed = ::SolidQueue::ClaimedExecution.where(queue_name: queue_name, job_id: group.map(&:job_id),
+                                                         process_id: process_id).load
+          where(queue_name: queue_name, id: group.map(&:id)).delete_all
+          claimed.to_a
+        end
       end
     end
 
