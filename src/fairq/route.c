@@ -29,9 +29,9 @@
  * rows counts as drained, for every backend, until the next ask (not when
  * the claim had a selection: its rows may be elsewhere); one that gave
  * fewer than asked, for the rest of that claim.  Weights never asked count
- * as 1 each.  When no node has weight the node of smallest pass is tried,
- * so that rows the weights do not show (a tenant not counted yet) are not
- * left behind.
+ * as 1 each.  When no node has weight the nodes are tried in turn, so that
+ * rows the weights do not show yet (a slot freed since the ask, a tenant
+ * not counted yet) are found within a turn of claims.
  *
  * A claim is sent as SELECT * FROM fs_claim_at(anchor, ...), a weight as
  * fs_claimable_weight_at(anchor, ...), each with an anchor whose shard is
@@ -72,7 +72,7 @@
 #include "fairq/fairqueue_int.h"
 
 /* How often the scheduler asks the nodes their claimable weights. */
-#define FS_ROUTE_ASK_USECS		(100 * 1000)
+#define FS_ROUTE_ASK_USECS		(25 * 1000)
 /* Weights older than this are asked again by a claim outside a block. */
 #define FS_ROUTE_STALE_USECS	(1000 * 1000)
 /* The scheduler asks for a queue while a claim wanted it this recently. */
@@ -123,6 +123,7 @@ typedef struct FsRoute
 	int			nnodes;
 	FsRouteNode *nodes;			/* by group, ascending */
 	float8		vtime;			/* the pass the last pick was made at */
+	int			probed;			/* index of the last node tried without weight */
 } FsRoute;
 
 /* ----------------------------------------------------------------
@@ -423,6 +424,7 @@ fs_route_nodes(FsFairDesc *desc)
 		route->nnodes = 0;
 		route->nodes = NULL;
 		route->vtime = 0;
+		route->probed = -1;
 	}
 	if (n == route->nnodes)
 	{
@@ -451,11 +453,14 @@ fs_route_nodes(FsFairDesc *desc)
 
 /*
  * The untried node to claim from next: of those with weight, the one of
- * smallest pass (the lower group on a tie); with `any`, when none has
- * weight, the untried one of smallest pass.  NULL when none is left.
+ * smallest pass (the lower group on a tie).  When none has weight, the
+ * untried node after the one so tried last, in turn: the weights are up
+ * to an ask old, and rows that came since (a slot freed, a tenant not
+ * counted yet) are then found on any node within a turn of claims, not
+ * only on the one a stale weight points to.  NULL when none is left.
  */
 static FsRouteNode *
-fs_route_pick(FsRoute *route, bool any)
+fs_route_pick(FsRoute *route)
 {
 	FsRouteNode *best = NULL;
 	int			i;
@@ -469,12 +474,15 @@ fs_route_pick(FsRoute *route, bool any)
 		if (best == NULL || node->pass < best->pass)
 			best = node;
 	}
-	for (i = 0; best == NULL && any && i < route->nnodes; i++)
+	for (i = 1; best == NULL && i <= route->nnodes; i++)
 	{
-		FsRouteNode *node = &route->nodes[i];
+		int			k = (route->probed + i) % route->nnodes;	/* probed >= -1 */
 
-		if (!node->tried && (best == NULL || node->pass < best->pass))
-			best = node;
+		if (!route->nodes[k].tried)
+		{
+			best = &route->nodes[k];
+			route->probed = k;
+		}
 	}
 	return best;
 }
@@ -590,7 +598,7 @@ fs_claim_routed(FunctionCallInfo fcinfo, FsFairDesc *desc, int32 max_rows, Retur
 
 	while (claimed < max_rows)
 	{
-		FsRouteNode *node = fs_route_pick(route, true);
+		FsRouteNode *node = fs_route_pick(route);
 		int32		want = max_rows - claimed;
 		int32		got;
 

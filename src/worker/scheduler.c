@@ -548,7 +548,7 @@ fs_scheduler_route_refresh(TimestampTz until)
 					(errcode(edata->sqlerrcode),
 					 errmsg("fairshare scheduler could not ask node group %d the claimable weight of queue \"%s\": %s",
 							wants[i].group, wants[i].queue_name, edata->message),
-					 errhint("It asks again in 100 ms; claims through the coordinator use the last weight meanwhile.")));
+					 errhint("It asks again at its next round; claims through the coordinator use the last weight meanwhile.")));
 			logged_at = GetCurrentTimestamp();
 		}
 		FreeErrorData(edata);
