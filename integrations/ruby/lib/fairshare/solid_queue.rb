@@ -63,15 +63,17 @@ module Fairshare
       # solid_queue_ready_executions (default: the queue name); rows whose
       # tenant is NULL or empty go to the tenant 'default'.  `max_slots`:
       # the default slot limit of a tenant (nil: none).  `lease`: the
-      # queue's default lease (default: process_alive_threshold).
+      # queue's default lease (default: process_alive_threshold).  `citus`:
+      # the tables are distributed by Citus by `tenant`, a column, which is
+      # then the tenant itself (there is no 'default' for an empty one).
       def register!(connection = ::SolidQueue::Record.connection, queue: DEFAULT_QUEUE, tenant: DEFAULT_TENANT,
-                    max_slots: nil, lease: nil)
+                    max_slots: nil, lease: nil, citus: false)
         Fairshare::SQL.register_queue(
           connection,
           queue: queue.to_s,
           ready_table: connection.quote_table_name(::SolidQueue::ReadyExecution.table_name),
           running_table: connection.quote_table_name(::SolidQueue::ClaimedExecution.table_name),
-          tenant: Fairshare::SQL.with_default_tenant(tenant),
+          tenant: citus ? "(#{tenant})::text" : Fairshare::SQL.with_default_tenant(tenant),
           order_by: "priority, job_id",
           key: "job_id",
           selector: "queue_name",
@@ -118,12 +120,20 @@ module Fairshare
         install if ::Rails.application.initialized?
       end
 
-      # Prepends the claim and heartbeat overrides to the classes loaded now
-      # (once per class).
+      # Prepends the claim, heartbeat and (acting on Citus only) claimed
+      # execution overrides to the classes loaded now (once per class).
       def install
         claim_target = ::SolidQueue::ReadyExecution.singleton_class
         claim_target.prepend(ReadyExecutionClaim) unless claim_target.include?(ReadyExecutionClaim)
         ::SolidQueue::Process.prepend(ProcessHeartbeat) unless ::SolidQueue::Process.include?(ProcessHeartbeat)
+        claimed = ::SolidQueue::ClaimedExecution
+        claimed.prepend(ClaimedExecutionOnCitus) unless claimed.include?(ClaimedExecutionOnCitus)
+        return unless citus?
+
+        # On Citus the tables' primary keys became unique keys that hold
+        # queue_name (examples/citus.d/distribute.sql): id stays the key.
+        ::SolidQueue::ReadyExecution.primary_key = "id"
+        claimed.primary_key = "id"
       end
     end
 
@@ -196,20 +206,57 @@ module Fairshare
       end
 
       # Solid Queue's lock of the candidates; on Citus one queue (one shard)
-      # per statement, the claimed executions with their queue_name.
+      # at a time: the claimed executions written with their queue_name,
+      # then the ready ones deleted by queue_name and id.
       def lock_candidates(executions, process_id)
         return super unless Fairshare::SolidQueue.citus?
+        return [] if executions.none?
 
-        executions.group_by(&:queue_name).flat_map do |queue_name, group|
-          now = Time.current
-          ::SolidQueue::ClaimedExecution.insert_all!(
-            group.map { |e| { job_id: e.job_id, process_id: process_id, queue_name: queue_name, created_at: now } }
-          )
-          claimed = ::SolidQueue::ClaimedExecution.where(queue_name: queue_name, job_id: group.map(&:job_id),
-                                                         process_id: process_id).load
-          where(queue_name: queue_name, id: group.map(&:id)).delete_all
-          claimed.to_a
+        job_ids = executions.map(&:job_id)
+        ::SolidQueue.instrument(:claim, process_id: process_id, job_ids: job_ids) do |payload|
+          claimed = executions.group_by(&:queue_name).flat_map do |queue_name, group|
+            where(queue_name: queue_name, id: group.map(&:id)).delete_all
+            # Saved without validation, as insert_all would: no read of the
+            # process and the job per row.
+            group.map do |execution|
+              ::SolidQueue::ClaimedExecution.new(job_id: execution.job_id, process_id: process_id,
+                                                 queue_name: queue_name).tap { |c| c.save!(validate: false) }
+            end
+          end
+          payload[:size] = claimed.size
+          payload[:claimed_job_ids] = job_ids
+          claimed
         end
+      end
+    end
+
+    # Prepended to SolidQueue::ClaimedExecution, for tables distributed by
+    # Citus by queue_name: a claimed execution is locked, updated and
+    # deleted by its queue_name and id, so that each of those statements
+    # reaches the one shard that holds it (Citus refuses a FOR UPDATE over
+    # every shard, and sends an update or delete by id alone to all of
+    # them).
+    module ClaimedExecutionOnCitus
+      private
+
+      # Solid Queue's guard against finishing a job twice, with the lock
+      # taken on the execution's own shard.
+      def unless_already_finalized(&block)
+        return super unless Fairshare::SolidQueue.citus?
+
+        transaction do
+          return false unless self.class.unscoped.lock.find_by(queue_name: queue_name, id: id)
+
+          block.call
+        end
+      end
+
+      # The WHERE of Active Record's update and delete of this record: its
+      # id and, on Citus, its queue_name.
+      def _query_constraints_hash
+        return super unless Fairshare::SolidQueue.citus?
+
+        super.merge("queue_name" => attribute_in_database("queue_name"))
       end
     end
 
