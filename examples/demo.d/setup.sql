@@ -37,3 +37,11 @@ CREATE TABLE demo_results (
     starts   int NOT NULL
 );
 COMMENT ON TABLE demo_results IS 'demo: each job of each run, with its enqueue and first start times';
+
+-- Each end of a job of the current run, where the adapter logs ends
+-- (examples/citus: the count of each tenant's jobs running at once).
+CREATE TABLE demo_finished (
+    ref         text NOT NULL,
+    finished_at timestamptz NOT NULL
+);
+COMMENT ON TABLE demo_finished IS 'demo: each end of a job of the current run, where ends are logged';

@@ -160,7 +160,7 @@ my $claim_node = sub {
 };
 my $claimer = $coord->background_psql('postgres');
 sleep 1;	# the scheduler's weights
-is($claim_node->($claimer), $groups[1], "before the move, $b1's rows come from the second node");
+is($claim_node->($claimer), $groups[1], "before the move, ${b1}'s rows come from the second node");
 $q->("SELECT citus_move_shard_placement($mover, '127.0.0.1', " . $node_b->port . ", '127.0.0.1', "
 	  . $node_a->port . ", shard_transfer_mode => 'block_writes')");
 sleep 1;

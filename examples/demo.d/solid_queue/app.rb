@@ -31,14 +31,19 @@ class DemoSolidQueueApp < Rails::Application
 end
 
 # The one line a user adds to an initializer for fair claiming.
-Fairshare::SolidQueue.enable! if command == "worker" && opts[:mode] == "fair"
+# On Citus (examples/citus) the claim path's tables are distributed by
+# tenant, and the integration is told so.
+citus = ENV["DEMO_CITUS"] == "1"
+Fairshare::SolidQueue.enable!(citus: citus) if command == "worker" && opts[:mode] == "fair"
 Rails.application.initialize!
 
-# The demo's job: logs its start, then works for job_ms.
+# The demo's job: logs its start, then works for job_ms (on Citus it also
+# logs its end, for the count of each tenant's jobs running at once).
 class DemoJob < ActiveJob::Base
   def perform(ref, job_ms)
     Demo.started(ref)
     sleep(job_ms / 1000.0)
+    Demo.finished(ref) if ENV["DEMO_CITUS"] == "1"
   end
 end
 
@@ -47,7 +52,7 @@ when "setup"
   ActiveRecord::Migration.verbose = false
   load File.join(SolidQueue::Engine.root, "lib/generators/solid_queue/install/templates/db/queue_schema.rb")
 when "register"
-  Fairshare::SolidQueue.register!
+  Fairshare::SolidQueue.register!(citus: citus)
 when "worker"
   dir = Dir.mktmpdir("fairshare-demo-solid-queue-")
   owner = ::Process.pid # forked processes inherit at_exit; only this one removes the directory

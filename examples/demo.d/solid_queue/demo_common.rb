@@ -89,6 +89,11 @@ module Demo
             ref, ENV.fetch("DEMO_WORKER_NAME", "worker"))
   end
 
+  # What a demo job does last where its end is wanted (examples/citus).
+  def finished(ref)
+    execute("INSERT INTO demo_finished (ref, finished_at) VALUES (?, clock_timestamp())", ref)
+  end
+
   def execute(sql, *values)
     ActiveRecord::Base.connection.execute(ActiveRecord::Base.sanitize_sql_array([sql, *values]))
   end
