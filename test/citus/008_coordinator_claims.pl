@@ -167,4 +167,26 @@ sleep 1;
 is($claim_node->($claimer), $groups[0], 'after it, from the first node, in the same session');
 $claimer->quit;
 
+# When no node has claimable weight as last asked, a session's claims try
+# the nodes in turn, so that a row that came since is found on whichever
+# node holds it.  The scheduler serves another database here, so nothing
+# asks the weights but a claim outside a block (when they are a second
+# old); a block's claims never do.
+$q->("CREATE TABLE tjobs (tenant text NOT NULL, id bigint NOT NULL, PRIMARY KEY (tenant, id))");
+$q->("SELECT create_distributed_table('tjobs', 'tenant', colocate_with => 'jobs')");
+$q->("SELECT fs_register_queue('tq', 'tjobs', 'tenant', 'id', key => 'id')");
+my $log_offset = -s $coord->logfile;
+$coord->append_conf('postgresql.conf', "fairshare.database = 'template1'");
+$coord->reload;
+$coord->wait_for_log(qr/fairshare scheduler stopping in database "postgres"/, $log_offset);
+my $turns = $coord->background_psql('postgres');
+is($turns->query_safe("SELECT count(*) FROM fs_claim('tq', NULL::tjobs, 1)"), 0,
+	'outside a block, a claim of an empty queue asks every node: none has weight');
+my ($late) = grep { $q->("SELECT fs_tenant_node('$_')") == $groups[-1] } map { "late-$_" } 1 .. 50;
+$q->("INSERT INTO tjobs VALUES ('$late', 1)");
+my @turn = map { $turns->query_safe("BEGIN; SELECT count(*) FROM fs_claim('tq', NULL::tjobs, 1); ROLLBACK;") } 1 .. 2;
+is(join(',', @turn), '0,1',
+	"with no weight anywhere, a block's claims try the nodes in turn: the second finds the second node's row");
+$turns->quit;
+
 done_testing();
