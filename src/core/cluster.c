@@ -1045,6 +1045,18 @@ fs_cluster_check_coordinator(const char *function)
 }
 
 /*
+ * Whether DDL on `relid` (its triggers, its indexes) is the coordinator's
+ * alone: a table Citus distributes, seen from another node.  Citus carries
+ * the coordinator's DDL to every node's copy of the table and to its
+ * shards, and refuses the same DDL on a node.
+ */
+bool
+fs_cluster_ddl_is_coordinators(Oid relid)
+{
+	return fs_cluster_group() != 0 && fs_cluster_is_distributed(relid);
+}
+
+/*
  * Whether `relid` is a table Citus distributes (a distributed or reference
  * table; not a Citus local table, which is the coordinator's own).  False
  * without Citus.

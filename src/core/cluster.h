@@ -52,6 +52,7 @@ extern void fs_cluster_forward(int32 node, const char *function, int nargs, Oid 
 extern void fs_cluster_broadcast(const char *function, int nargs, Oid *argtypes, Datum *values);
 extern void fs_cluster_check_coordinator(const char *function);
 extern bool fs_cluster_is_distributed(Oid relid);
+extern bool fs_cluster_ddl_is_coordinators(Oid relid);
 extern int	fs_cluster_node_groups(int32 *groups);
 extern char *fs_cluster_node_anchor(int32 group);
 extern int	fs_cluster_route_begin(void);

@@ -268,7 +268,7 @@ fs_drop_created_index(Oid indexoid, const char *queue_name)
 	if (!OidIsValid(indexoid) || get_rel_name(indexoid) == NULL)
 		return;
 	/* A distributed table's index is the coordinator's, as its triggers are. */
-	if (fs_cluster_group() != 0 && fs_cluster_is_distributed(IndexGetRelation(indexoid, false)))
+	if (fs_cluster_ddl_is_coordinators(IndexGetRelation(indexoid, false)))
 		return;
 	values[0] = ObjectIdGetDatum(indexoid);
 	values[1] = CStringGetTextDatum(queue_name);

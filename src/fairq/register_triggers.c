@@ -382,12 +382,10 @@ fs_sync_triggers(Oid relid)
 	if (get_rel_name(relid) == NULL)
 		return;					/* dropped: its triggers went with it */
 	/*
-	 * A distributed table's triggers are the coordinator's to change: Citus
-	 * carries its DDL to every node's copy of the table and to the shards,
-	 * and refuses the same DDL on another node (where a drop of the table
-	 * fires this node's own cleanup too).
+	 * A distributed table's triggers are the coordinator's to change (a
+	 * drop of the table fires this node's own cleanup too).
 	 */
-	if (fs_cluster_group() != 0 && fs_cluster_is_distributed(relid))
+	if (fs_cluster_ddl_is_coordinators(relid))
 		return;
 
 	/*

@@ -33,8 +33,8 @@ end
 # The one line a user adds to an initializer for fair claiming.
 # On Citus (examples/citus) the claim path's tables are distributed by
 # tenant, and the integration is told so.
-citus = ENV["DEMO_CITUS"] == "1"
-Fairshare::SolidQueue.enable!(citus: citus) if command == "worker" && opts[:mode] == "fair"
+DEMO_CITUS = ENV["DEMO_CITUS"] == "1"
+Fairshare::SolidQueue.enable!(citus: DEMO_CITUS) if command == "worker" && opts[:mode] == "fair"
 Rails.application.initialize!
 
 # The demo's job: logs its start, then works for job_ms (on Citus it also
@@ -43,7 +43,7 @@ class DemoJob < ActiveJob::Base
   def perform(ref, job_ms)
     Demo.started(ref)
     sleep(job_ms / 1000.0)
-    Demo.finished(ref) if ENV["DEMO_CITUS"] == "1"
+    Demo.finished(ref) if DEMO_CITUS
   end
 end
 
@@ -52,7 +52,7 @@ when "setup"
   ActiveRecord::Migration.verbose = false
   load File.join(SolidQueue::Engine.root, "lib/generators/solid_queue/install/templates/db/queue_schema.rb")
 when "register"
-  Fairshare::SolidQueue.register!(citus: citus)
+  Fairshare::SolidQueue.register!(citus: DEMO_CITUS)
 when "worker"
   dir = Dir.mktmpdir("fairshare-demo-solid-queue-")
   owner = ::Process.pid # forked processes inherit at_exit; only this one removes the directory
