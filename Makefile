@@ -28,6 +28,9 @@ PG_CONFIG  ?= pg_config
 # The server headers are system headers for us: full -Wextra applies to our
 # code without tripping over unused parameters in PostgreSQL's inline functions.
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/src
+# libpq: a Citus coordinator's own connections to its nodes (src/core/relay.c).
+PG_CPPFLAGS += -isystem $(shell $(PG_CONFIG) --includedir)
+SHLIB_LINK_INTERNAL = -lpq
 
 # make FS_DEBUG=1: the debug build.  Internal invariants (FS_INVARIANT in
 # src/core/common.h) are checked and raise an ERROR when one does not hold;

@@ -37,7 +37,7 @@ bench_script() {
 # pgbench_tps SCRIPT CLIENTS [extra pgbench options]: transactions per second.
 pgbench_tps() {
 	local script="$1" clients="$2"; shift 2
-	fs_as_postgres env PGHOST="$PGHOST" PGPORT="$PGPORT" "$PG_BINDIR/pgbench" \
+	fs_as_postgres env PGHOST="$PGHOST" PGPORT="$PGPORT" PGOPTIONS="${PGOPTIONS:-}" "$PG_BINDIR/pgbench" \
 		-n -M prepared -c "$clients" -j "$(( clients < 4 ? clients : 4 ))" -T "$BENCH_SECONDS" \
 		-f "$script" "$@" postgres 2>&1 |
 		sed -n 's/^tps = \([0-9]*\)[.0-9]* .*/\1/p'

@@ -17,7 +17,7 @@ PG_MAJOR="${PG_MAJOR:-15}"
 
 # Debian packages each command needs.  One list per purpose, all installed by
 # fs_install_deps before anything is built.
-FS_DEPS_BUILD="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR"
+FS_DEPS_BUILD="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libpq-dev"
 # The integrations and the demo's adapters: Rails' Debian dependencies (the
 # newer Rails and the queue gems come from ../shared/vendor/ruby).  Node 22
 # and the Node queue libraries come from the npm registry, through

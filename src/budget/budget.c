@@ -349,6 +349,7 @@ fs_int_arg(FunctionCallInfo fcinfo, int argno, const char *what, int32 min, cons
 Datum
 fs_spend_tokens(PG_FUNCTION_ARGS)
 {
+	Datum		relayed;
 	char		tenant[FS_NAME_BUFLEN];
 	char		queue_name[FS_NAME_BUFLEN];
 	int32		requested;
@@ -367,7 +368,8 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 
 	fs_check_primary("spend fairshare tokens");
 	fs_name_arg(fcinfo, 0, "tenant", tenant);
-	fs_cluster_check_owner("fs_spend_tokens", tenant);
+	if (fs_cluster_tenant_relayed(fcinfo, "fs_spend_tokens", tenant, &relayed))
+		return relayed;
 	requested = fs_int_arg(fcinfo, 1, "requested_runs", 0,
 						   "Pass how many runs the tenant wants to start now (0 only asks).");
 	cost_ms = fs_int_arg(fcinfo, 2, "cost_ms", 1,
@@ -455,6 +457,7 @@ fs_spend_tokens(PG_FUNCTION_ARGS)
 Datum
 fs_charge_tokens(PG_FUNCTION_ARGS)
 {
+	Datum		relayed;
 	char		tenant[FS_NAME_BUFLEN];
 	char		queue_name[FS_NAME_BUFLEN];
 	float8		used_ms;
@@ -467,7 +470,8 @@ fs_charge_tokens(PG_FUNCTION_ARGS)
 
 	fs_check_primary("charge fairshare tokens");
 	fs_name_arg(fcinfo, 0, "tenant", tenant);
-	fs_cluster_check_owner("fs_charge_tokens", tenant);
+	if (fs_cluster_tenant_relayed(fcinfo, "fs_charge_tokens", tenant, &relayed))
+		return relayed;
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

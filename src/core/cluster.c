@@ -28,6 +28,7 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
@@ -36,6 +37,7 @@
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
 #include "optimizer/planner.h"
 #include "parser/parsetree.h"
 #include "miscadmin.h"
@@ -46,10 +48,13 @@
 #include "utils/syscache.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "tcop/pquery.h"
+#include "utils/portal.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "core/cluster.h"
+#include "core/relay.h"
 #include "core/common.h"
 #include "core/compat.h"
 #include "core/run_as.h"
@@ -93,6 +98,12 @@ static FsShard *map_shards = NULL;
 static int	map_count = 0;
 
 static planner_hook_type prev_planner_hook = NULL;
+
+static Oid	fs_cluster_setup_table(void);
+static bool fs_cluster_citus_here(void);
+static bool fs_cluster_bare_call(Query *parse, FuncExpr *call);
+static void fs_cluster_forward_tenant(const char *function, FunctionCallInfo fcinfo,
+									  Datum *result);
 
 /* An anchor per node: a value whose shard is on that node (-1: not looked for, -2: none). */
 static int32 anchors[FS_LEASE_NODE_MAX + 1];
@@ -200,11 +211,11 @@ fs_cluster_arg_is_null(Node *value, ParamListInfo params)
 }
 
 /*
- * If `funcid` is one of fairshare's delegated functions, raise the error
- * it raises itself for a NULL first argument.
+ * The index in fs_delegated of `funcid`, one of fairshare's own delegated
+ * functions, or -1.
  */
-static void
-fs_cluster_check_delegated_arg(Oid funcid)
+static int
+fs_cluster_delegated_index(Oid funcid)
 {
 	HeapTuple	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
 	NameData	name;
@@ -212,7 +223,7 @@ fs_cluster_check_delegated_arg(Oid funcid)
 	int			i;
 
 	if (!HeapTupleIsValid(tuple))
-		return;
+		return -1;
 	name = ((Form_pg_proc) GETSTRUCT(tuple))->proname;
 	if (((Form_pg_proc) GETSTRUCT(tuple))->prolang == ClanguageId)
 	{
@@ -231,10 +242,25 @@ fs_cluster_check_delegated_arg(Oid funcid)
 	ReleaseSysCache(tuple);
 	for (i = 0; ours && i < (int) lengthof(fs_delegated); i++)
 		if (strcmp(NameStr(name), fs_delegated[i]) == 0)
-			break;
-	if (!ours || i == (int) lengthof(fs_delegated))
+			return i;
+	return -1;
+}
+
+/* The first fs_delegated entries: delegated by a tenant. */
+#define FS_DELEGATED_BY_TENANT	3
+
+/*
+ * If `funcid` is one of fairshare's delegated functions, raise the error
+ * it raises itself for a NULL first argument.
+ */
+static void
+fs_cluster_check_delegated_arg(Oid funcid)
+{
+	int			i = fs_cluster_delegated_index(funcid);
+
+	if (i < 0)
 		return;
-	if (i < 3)					/* fs_acquire_slot, fs_spend_tokens, fs_charge_tokens */
+	if (i < FS_DELEGATED_BY_TENANT)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("tenant must not be null"),
@@ -243,24 +269,158 @@ fs_cluster_check_delegated_arg(Oid funcid)
 			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 			 errmsg("node_anchor must not be null"),
 			 errhint("%s() is what fairshare's own calls on a Citus coordinator send to a node.",
-					 NameStr(name))));
+					 fs_delegated[i])));
 }
 
 /*
- * planner_hook: refuse a delegable call of one of fairshare's delegated
- * functions whose first argument is NULL, before Citus's planner sees it:
- * Citus 13.2 looks up the shard of a NULL distribution value and crashes
- * the backend.  The error is the one the function would raise itself.
+ * Whether `parse`, in the shape of one call (fs_cluster_delegable_call()),
+ * is that call and nothing else: no CTE, sublink, grouping, sort, limit,
+ * set operation or row lock; arguments of constants and parameters, with
+ * no volatile function;
+ * in the FROM form, the function's one column selected as it is.  Only
+ * such a statement is relayed: nothing in it runs after the call.
+ */
+static bool
+fs_cluster_bare_call(Query *parse, FuncExpr *call)
+{
+	if (parse->cteList != NIL || parse->hasSubLinks || parse->hasModifyingCTE ||
+		parse->hasAggs || parse->hasWindowFuncs || parse->hasTargetSRFs ||
+		parse->limitCount != NULL || parse->limitOffset != NULL || parse->sortClause != NIL ||
+		parse->distinctClause != NIL || parse->groupClause != NIL || parse->groupingSets != NIL ||
+		parse->havingQual != NULL || parse->windowClause != NIL || parse->setOperations != NULL ||
+		parse->rowMarks != NIL || list_length(parse->targetList) != 1)
+		return false;
+	/* Arguments computed once, before the call, with no effect of their own. */
+	if (contain_var_clause((Node *) call->args) ||
+		contain_volatile_functions((Node *) call->args))
+		return false;
+	if (parse->jointree->fromlist != NIL)
+	{
+		RangeTblEntry *rte = rt_fetch(((RangeTblRef *) linitial(parse->jointree->fromlist))->rtindex,
+									  parse->rtable);
+
+		if (rte->funcordinality ||
+			!IsA(((TargetEntry *) linitial(parse->targetList))->expr, Var))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Whether a client's statement `parse`, one bare `call`
+ * (fs_cluster_bare_call()), should be planned without Citus, so that the
+ * call runs here and is relayed (relay.c): one of the functions delegated
+ * by a tenant, called outside a
+ * transaction block on a coordinator set up with fs_citus_setup().  Only a
+ * statement the client protocol plans (no portal runs yet), not one of a
+ * function or of EXECUTE.  A plan kept and run later inside a block still
+ * reaches the tenant's node (fs_cluster_tenant_relayed_slow()).
+ */
+static bool
+fs_cluster_relays(Query *parse, FuncExpr *call)
+{
+	int			i;
+
+	if (!fs_relay_enabled || ActivePortal != NULL || IsTransactionBlock() ||
+		!fs_cluster_bare_call(parse, call))
+		return false;
+	i = fs_cluster_delegated_index(call->funcid);
+	return i >= 0 && i < FS_DELEGATED_BY_TENANT &&
+		fs_cluster_group() == 0 && OidIsValid(fs_cluster_setup_table());
+}
+
+/* What fs_cluster_walk_call() found in a statement. */
+typedef struct FsCallWalk
+{
+	bool		relation;		/* a table, view or other relation */
+	bool		delegated;		/* a call of a function fairshare has Citus delegate */
+} FsCallWalk;
+
+static bool
+fs_cluster_walk_call(Node *node, FsCallWalk *walk)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblEntry))
+	{
+		/* A view is planned as its query, whose own relations are walked. */
+		walk->relation |= ((RangeTblEntry *) node)->rtekind == RTE_RELATION &&
+			((RangeTblEntry *) node)->relkind != RELKIND_VIEW;
+		return walk->relation;
+	}
+	if (IsA(node, FuncExpr) && !walk->delegated)
+		walk->delegated = fs_cluster_delegated_index(((FuncExpr *) node)->funcid) >= 0;
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, fs_cluster_walk_call, walk,
+								 QTW_EXAMINE_RTES_BEFORE);
+	return expression_tree_walker(node, fs_cluster_walk_call, walk);
+}
+
+/*
+ * Whether `parse`, not in the shape Citus delegates, calls one of the
+ * functions fairshare has Citus delegate and reads no relation.  Citus
+ * looks for a call to delegate after PostgreSQL's planner has flattened
+ * the statement (SELECT f(t) FROM (VALUES ('a')) v(t) becomes SELECT
+ * f('a')), then deparses what it flattened and crashes the backend (Citus
+ * 13.2), or looks up the shard of a NULL.  Planned without Citus, such a
+ * statement has nothing for Citus to do: the call runs here, and is sent to
+ * its node or refused as any call that Citus did not delegate.
+ */
+static bool
+fs_cluster_undelegable_call(Query *parse)
+{
+	FsCallWalk	walk = {false, false};
+
+	(void) query_tree_walker(parse, fs_cluster_walk_call, &walk, QTW_EXAMINE_RTES_BEFORE);
+	return walk.delegated && !walk.relation;
+}
+
+/*
+ * `parse` (fs_cluster_undelegable_call()) planned without Citus, or NULL
+ * when the plan reads a relation after all (a SQL function inlined): then
+ * Citus must plan it.  Planned on a copy, so that the caller can hand the
+ * statement on as it was.
+ */
+static PlannedStmt *
+fs_cluster_plan_alone(Query *parse, const char *query_string, int cursor_options,
+					  ParamListInfo params)
+{
+	PlannedStmt *plan = standard_planner(copyObject(parse), query_string, cursor_options, params);
+	ListCell   *lc;
+
+	foreach(lc, plan->relationOids)
+		if (get_rel_relkind(lfirst_oid(lc)) != RELKIND_VIEW)
+			return NULL;
+	return plan;
+}
+
+/*
+ * planner_hook:
+ *	- refuse a delegable call of one of fairshare's delegated functions
+ *	  whose first argument is NULL, before Citus's planner sees it: Citus
+ *	  13.2 looks up the shard of a NULL distribution value and crashes the
+ *	  backend.  The error is the one the function would raise itself;
+ *	- plan a call that fairshare relays (fs_cluster_relays()) as
+ *	  PostgreSQL plans it, which Citus would delegate;
+ *	- plan a call that Citus would not delegate but try to, and crash
+ *	  (fs_cluster_undelegable_call()), as PostgreSQL plans it.
  */
 static PlannedStmt *
 fs_cluster_planner(Query *parse, const char *query_string, int cursor_options,
 				   ParamListInfo params)
 {
 	FuncExpr   *call = fs_cluster_absent ? NULL : fs_cluster_delegable_call(parse);
+	PlannedStmt *alone;
 
 	if (call != NULL && call->args != NIL &&
 		fs_cluster_arg_is_null(linitial(call->args), params))
 		fs_cluster_check_delegated_arg(call->funcid);
+	if (call != NULL && fs_cluster_relays(parse, call))
+		return standard_planner(parse, query_string, cursor_options, params);
+	if (call == NULL && !fs_cluster_absent && fs_cluster_citus_here() &&
+		fs_cluster_undelegable_call(parse) &&
+		(alone = fs_cluster_plan_alone(parse, query_string, cursor_options, params)) != NULL)
+		return alone;
 	return prev_planner_hook != NULL ?
 		prev_planner_hook(parse, query_string, cursor_options, params) :
 		standard_planner(parse, query_string, cursor_options, params);
@@ -272,6 +432,7 @@ fs_cluster_init(void)
 {
 	CacheRegisterRelcacheCallback(fs_cluster_relcache_callback, (Datum) 0);
 	RegisterXactCallback(fs_cluster_xact_callback, NULL);
+	fs_relay_init();
 	prev_planner_hook = planner_hook;
 	planner_hook = fs_cluster_planner;
 }
@@ -631,18 +792,24 @@ fs_cluster_tenant_group(const char *tenant)
 }
 
 /*
- * Refuse a decision for `tenant` on a node that does not own it: its slots
- * and budget are counted on the owner only.  Citus delegates a single
- * top-level call to the owner; other call shapes run where they are called.
+ * A decision for `tenant` on a node that does not own it: its slots and
+ * budget are counted on the owner only.  On a coordinator, a call that is
+ * its statement's whole work is sent to the owner: outside a transaction
+ * block over fairshare's own connection (relay.c), else, or when that
+ * cannot connect, through Citus (joining the block); true, with *result
+ * and fcinfo->isnull the owner's answer.  Any other call is refused: Citus
+ * delegates a single top-level call; other call shapes run where they are
+ * called.  False on the owner, and when this database is not set up.
  */
-void
-fs_cluster_check_owner_slow(const char *function, const char *tenant)
+bool
+fs_cluster_tenant_relayed_slow(FunctionCallInfo fcinfo, const char *function,
+							   const char *tenant, Datum *result)
 {
 	int32		owner = fs_cluster_tenant_group(tenant);
 	int32		here;
 
 	if (owner < 0)
-		return;
+		return false;
 	here = fs_cluster_group();
 	if (here > FS_LEASE_NODE_MAX)
 		ereport(ERROR,
@@ -650,14 +817,23 @@ fs_cluster_check_owner_slow(const char *function, const char *tenant)
 				 errmsg("node group %d is above %d, the largest a lease id can name", here,
 						FS_LEASE_NODE_MAX),
 				 errhint("Add the node to the cluster again so that it gets a lower group id.")));
-	if (owner != here)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("%s() for tenant \"%s\" ran on node group %d, which does not own the tenant",
-						function, tenant, here),
-				 errdetail("The tenant's shard is on node group %d.", owner),
-				 errhint("Call it alone in a top-level SELECT with the tenant as a literal or parameter "
-						 "(not inside another function's expression), so that Citus delegates it.")));
+	if (owner == here)
+		return false;
+	if (here == 0 && fs_relay_sole_call(fcinfo))
+	{
+		if (!(fs_relay_enabled && !IsTransactionBlock() &&
+			  fs_relay_call(owner, function, fcinfo, result)))
+			fs_cluster_forward_tenant(function, fcinfo, result);
+		return true;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("%s() for tenant \"%s\" ran on node group %d, which does not own the tenant",
+					function, tenant, here),
+			 errdetail("The tenant's shard is on node group %d.", owner),
+			 errhint("Call it alone in a top-level SELECT with the tenant as a literal or parameter "
+					 "(not inside another function's expression), so that Citus delegates it.")));
+	return false;				/* keep the compiler quiet */
 }
 
 /* A value whose shard is on `group`, or NULL when no shard is there. */
@@ -717,75 +893,112 @@ fs_cluster_route_end(int nestlevel)
 	fs_search_path_end(nestlevel);
 }
 
-/* The kept plans of the _at functions, by function and schema. */
+/*
+ * The kept plans of the calls sent on through Citus: of the _at functions
+ * (by a node anchor) and of the functions delegated by a tenant, by
+ * function and schema.
+ */
 typedef struct FsForwardPlan
 {
 	const char *function;		/* a string constant of the caller's */
+	bool		by_anchor;		/* `function`_at(anchor, ...) */
 	int			nargs;			/* each function is sent with one set of arguments */
 	char		schema[NAMEDATALEN];
 	SPIPlanPtr	plan;
 } FsForwardPlan;
 
-#define FS_FORWARD_PLANS	5
+#define FS_FORWARD_PLANS	8
 static FsForwardPlan forward_plans[FS_FORWARD_PLANS];
 
 /*
- * The kept plan of `function`_at($1 anchor, $2, ...) for the extension's
- * schema, prepared on first use.  Its arguments are parameters, which
- * Citus plans as constants (a custom plan) and delegates by the anchor; in
- * FROM, since Citus does not delegate a call in the target list of a query
- * run inside a function.
+ * The kept plan of `function`_at($1 anchor, $2, ...) (by_anchor), or of
+ * `function`($1 tenant, $2, ...), for the extension's schema, prepared on
+ * first use.  Its arguments are parameters, which Citus plans as constants
+ * (a custom plan) and delegates by the first; in FROM, since Citus does not
+ * delegate a call in the target list of a query run inside a function.
  */
 static SPIPlanPtr
-fs_cluster_forward_plan(const char *function, int nargs, Oid *argtypes)
+fs_cluster_forward_plan(const char *function, bool by_anchor, int nargs, Oid *argtypes)
 {
 	char	   *schema = get_namespace_name(fs_get_extension_schema(get_extension_oid("fairshare", false)));
+	const char *suffix = by_anchor ? "_at" : "";
 	FsForwardPlan *slot = NULL;
 	StringInfoData sql;
 	SPIPlanPtr	plan;
 	int			i;
 
 	for (i = 0; i < FS_FORWARD_PLANS && slot == NULL; i++)
-		if (forward_plans[i].function == NULL || strcmp(forward_plans[i].function, function) == 0)
+		if (forward_plans[i].function == NULL ||
+			(strcmp(forward_plans[i].function, function) == 0 &&
+			 forward_plans[i].by_anchor == by_anchor))
 			slot = &forward_plans[i];
 	if (slot == NULL)
-		elog(ERROR, "no room for the plan of %s_at()", function);
+		elog(ERROR, "no room for the plan of %s%s()", function, suffix);
 	Assert(slot->function == NULL || slot->nargs == nargs);
 	if (slot->plan != NULL && strcmp(slot->schema, schema) == 0)
 		return slot->plan;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT * FROM %s.%s_at(", quote_identifier(schema), function);
+	appendStringInfo(&sql, "SELECT * FROM %s.%s%s(", quote_identifier(schema), function, suffix);
 	for (i = 1; i <= nargs; i++)
 		appendStringInfo(&sql, "%s$%d", i > 1 ? ", " : "", i);
 	appendStringInfoChar(&sql, ')');
 	plan = SPI_prepare(sql.data, nargs, argtypes);
 	if (plan == NULL || SPI_keepplan(plan) != 0)
-		elog(ERROR, "could not prepare %s_at(): %s", function, SPI_result_code_string(SPI_result));
+		elog(ERROR, "could not prepare %s%s(): %s", function, suffix,
+			 SPI_result_code_string(SPI_result));
 	if (slot->plan != NULL)
 		SPI_freeplan(slot->plan);
 	slot->plan = plan;
 	slot->function = function;
+	slot->by_anchor = by_anchor;
 	slot->nargs = nargs;
 	strlcpy(slot->schema, schema, NAMEDATALEN);
 	return plan;
 }
 
 /*
+ * Run the kept plan of fs_cluster_forward_plan() with `values` and `nulls`
+ * (SPI's form; NULL: none), which Citus sends to node group `node`.  The
+ * first column of its answer goes to *result and *isnull.  Outside a
+ * transaction block the node runs the call on its own, in one round trip,
+ * as Citus runs a delegated call made at top level; inside one it joins
+ * the transaction.  (A function body counts as a block for Citus unless
+ * function_opens_transaction_block is off.)
+ */
+static void
+fs_cluster_run_forward(int32 node, const char *function, bool by_anchor, int nargs,
+					   Oid *argtypes, Datum *values, const char *nulls,
+					   Datum *result, bool *isnull)
+{
+	int			nestlevel = fs_cluster_route_begin();
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_plan(fs_cluster_forward_plan(function, by_anchor, nargs, argtypes),
+						 values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("%s%s() on node group %d returned no row", function,
+						by_anchor ? "_at" : "", node)));
+	*result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
+	if (!*isnull)
+		*result = SPI_datumTransfer(*result, TupleDescAttr(SPI_tuptable->tupdesc, 0)->attbyval,
+									TupleDescAttr(SPI_tuptable->tupdesc, 0)->attlen);
+	SPI_finish();
+	fs_cluster_route_end(nestlevel);
+}
+
+/*
  * Run `function`_at(anchor, values[1..]) on node group `node`: the anchor
  * (values[0], filled in here) is a value whose shard is there, by which
- * Citus delegates the call.  The first column of its answer goes to
- * *result and *isnull.  Outside a transaction block the node runs the call
- * on its own, in one round trip, as Citus runs a delegated call made at top
- * level; inside one it joins the transaction.  (A function body counts as a
- * block for Citus unless function_opens_transaction_block is off.)
+ * Citus delegates the call (fs_cluster_run_forward()).
  */
 void
 fs_cluster_forward(int32 node, const char *function, int nargs, Oid *argtypes, Datum *values,
 				   Datum *result, bool *isnull)
 {
 	char	   *anchor = fs_cluster_anchor(node);
-	int			nestlevel;
 
 	if (anchor == NULL)
 		ereport(ERROR,
@@ -793,21 +1006,33 @@ fs_cluster_forward(int32 node, const char *function, int nargs, Oid *argtypes, D
 				 errmsg("node group %d holds no shard of \"%s\"", node, get_rel_name(setup_table)),
 				 errhint("The node left the cluster, or holds no shard since a rebalance.")));
 	values[0] = CStringGetTextDatum(anchor);
+	fs_cluster_run_forward(node, function, true, nargs, argtypes, values, NULL, result, isnull);
+}
 
-	nestlevel = fs_cluster_route_begin();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_plan(fs_cluster_forward_plan(function, nargs, argtypes), values, NULL, false, 1) !=
-		SPI_OK_SELECT || SPI_processed != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("%s_at() on node group %d returned no row", function, node)));
-	*result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
-	if (!*isnull)
-		*result = SPI_datumTransfer(*result, TupleDescAttr(SPI_tuptable->tupdesc, 0)->attbyval,
-									TupleDescAttr(SPI_tuptable->tupdesc, 0)->attlen);
-	SPI_finish();
-	fs_cluster_route_end(nestlevel);
+/*
+ * Send the call in `fcinfo` of `function`, delegated by its tenant
+ * (argument 0), to the tenant's node through Citus
+ * (fs_cluster_run_forward()).
+ */
+static void
+fs_cluster_forward_tenant(const char *function, FunctionCallInfo fcinfo, Datum *result)
+{
+	Oid			argtypes[FUNC_MAX_ARGS];
+	Datum		values[FUNC_MAX_ARGS];
+	char		nulls[FUNC_MAX_ARGS];
+	int			i;
+
+	for (i = 0; i < PG_NARGS(); i++)
+	{
+		argtypes[i] = get_fn_expr_argtype(fcinfo->flinfo, i);
+		if (!OidIsValid(argtypes[i]))
+			elog(ERROR, "could not tell the type of argument %d of %s()", i + 1, function);
+		values[i] = PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+	}
+	fs_cluster_run_forward(fs_cluster_tenant_group(text_to_cstring(PG_GETARG_TEXT_PP(0))),
+						   function, false, PG_NARGS(), argtypes, values, nulls,
+						   result, &fcinfo->isnull);
 }
 
 /* The shard map of the setup, loaded; false when not set up. */
@@ -824,14 +1049,16 @@ fs_cluster_map_ready(void)
 }
 
 /*
- * Send a release or renew of another node's lease to that node.
+ * Send a release or renew of another node's lease, the call in `fcinfo`,
+ * to that node: relayed when it is its statement's whole work outside a
+ * transaction block on the coordinator (relay.c), else through Citus.
  * `lease_usecs` < 0: a release.  False when this database is not set up
  * for a cluster (the lease is unknown here); otherwise *result and *isnull
  * are the node's answer.
  */
 bool
-fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs,
-						 bool *result, bool *isnull)
+fs_cluster_forward_lease(FunctionCallInfo fcinfo, const char *function, int64 lease_id,
+						 int64 lease_usecs, bool *result, bool *isnull)
 {
 	Oid			argtypes[3] = {TEXTOID, INT8OID, INTERVALOID};
 	Datum		values[3];
@@ -850,6 +1077,14 @@ fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs
 					 errhint("Call %s() on the coordinator.", function)));
 		*result = false;		/* no node of that group holds anything: unknown */
 		*isnull = false;
+		return true;
+	}
+	if (fs_relay_enabled && fs_cluster_group() == 0 && !IsTransactionBlock() &&
+		fs_relay_sole_call(fcinfo) &&
+		fs_relay_call(fs_lease_id_node(lease_id), function, fcinfo, &answer))
+	{
+		*isnull = fcinfo->isnull;
+		*result = *isnull ? false : DatumGetBool(answer);
 		return true;
 	}
 	interval.month = 0;

@@ -14,8 +14,10 @@
  *	- a lease id holds the granting node's group in bits 52 to 61, so that a
  *	  release or renew anywhere reaches that node (group 0's ids are the ids
  *	  of a single server);
- *	- a per-tenant decision on a node that does not own the tenant is an
- *	  error, never a second count (fs_cluster_check_owner);
+ *	- a per-tenant decision on a node that does not own the tenant is sent
+ *	  there when it is a coordinator's statement of its own (relay.c, or
+ *	  through Citus inside a transaction block), and otherwise an error,
+ *	  never a second count (fs_cluster_tenant_relayed);
  *	- a release or renew of another node's lease is sent to that node
  *	  (fs_cluster_forward_lease).
  *
@@ -39,12 +41,13 @@ extern void fs_cluster_init(void);
 extern void fs_cluster_forget(void);
 extern int32 fs_cluster_group(void);
 extern int64 fs_lease_id_out_slow(int64 local_id);
-extern void fs_cluster_check_owner_slow(const char *function, const char *tenant);
+extern bool fs_cluster_tenant_relayed_slow(FunctionCallInfo fcinfo, const char *function,
+										   const char *tenant, Datum *result);
 extern int32 fs_lease_id_node(int64 lease_id);
 extern bool fs_lease_id_in(int64 lease_id, int64 *local_id);
 extern int32 fs_cluster_tenant_group(const char *tenant);
-extern bool fs_cluster_forward_lease(const char *function, int64 lease_id, int64 lease_usecs,
-									 bool *result, bool *isnull);
+extern bool fs_cluster_forward_lease(FunctionCallInfo fcinfo, const char *function,
+									 int64 lease_id, int64 lease_usecs, bool *result, bool *isnull);
 extern void fs_cluster_check_lease_here(const char *function, int64 lease_id);
 extern void fs_cluster_check_anchor_arg(FunctionCallInfo fcinfo, const char *function);
 extern void fs_cluster_forward(int32 node, const char *function, int nargs, Oid *argtypes,
@@ -86,14 +89,16 @@ fs_lease_id_out(int64 local_id)
 }
 
 /*
- * Refuse a decision for `tenant` on a node that does not own it: its slots
- * and budget are counted on the owner only.
+ * A decision for `tenant` on a node that does not own it: sent to the
+ * owner (true, its answer in *result and fcinfo->isnull) or refused; its
+ * slots and budget are counted on the owner only.  False: decide here.
  */
-static inline void
-fs_cluster_check_owner(const char *function, const char *tenant)
+static inline bool
+fs_cluster_tenant_relayed(FunctionCallInfo fcinfo, const char *function, const char *tenant,
+						  Datum *result)
 {
-	if (!fs_cluster_absent)
-		fs_cluster_check_owner_slow(function, tenant);
+	return !fs_cluster_absent &&
+		fs_cluster_tenant_relayed_slow(fcinfo, function, tenant, result);
 }
 
 #endif							/* FAIRSHARE_CLUSTER_H */

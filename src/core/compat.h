@@ -99,4 +99,15 @@ fs_get_extension_schema(Oid ext_oid)
 #define fs_class_ownercheck(relid, roleid) pg_class_ownercheck((relid), (roleid))
 #endif
 
+/*
+ * A wait event set kept across calls and freed by its owner: PostgreSQL 17
+ * ties a set to a resource owner (none here), before that to a memory
+ * context.
+ */
+#if PG_VERSION_NUM >= 170000
+#define fs_create_wait_event_set(nevents) CreateWaitEventSet(NULL, (nevents))
+#else
+#define fs_create_wait_event_set(nevents) CreateWaitEventSet(TopMemoryContext, (nevents))
+#endif
+
 #endif							/* FAIRSHARE_COMPAT_H */

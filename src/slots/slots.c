@@ -924,7 +924,7 @@ fs_lease_arg_here(FunctionCallInfo fcinfo, int arg, const char *function, int64 
 		return true;
 	if (arg > 0)
 		fs_cluster_check_lease_here(function, lease_id);	/* does not return */
-	if (!fs_cluster_forward_lease(function, lease_id, lease_usecs, &answer, &isnull))
+	if (!fs_cluster_forward_lease(fcinfo, function, lease_id, lease_usecs, &answer, &isnull))
 		answer = false;			/* unknown here, and no cluster to ask */
 	fcinfo->isnull = isnull;
 	*result = BoolGetDatum(answer);
@@ -1005,6 +1005,7 @@ fs_renew_slot_common(FunctionCallInfo fcinfo, int arg)
 Datum
 fs_acquire_slot(PG_FUNCTION_ARGS)
 {
+	Datum		relayed;
 	char		tenant[FS_NAME_BUFLEN];
 	char		queue_name[FS_NAME_BUFLEN];
 	int64		lease_usecs;
@@ -1015,7 +1016,8 @@ fs_acquire_slot(PG_FUNCTION_ARGS)
 	fs_name_arg(fcinfo, 0, "tenant", tenant);
 	fs_name_arg(fcinfo, 1, "queue", queue_name);
 	lease_usecs = fs_lease_interval_arg(fcinfo, 2, "lease");
-	fs_cluster_check_owner("fs_acquire_slot", tenant);
+	if (fs_cluster_tenant_relayed(fcinfo, "fs_acquire_slot", tenant, &relayed))
+		return relayed;
 
 	queue = fs_queue_lookup(queue_name, true);
 	fs_slot_acquire(queue, tenant, lease_usecs, fs_now(), &decision);
