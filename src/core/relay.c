@@ -54,6 +54,7 @@
 #include "nodes/plannodes.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/float.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -678,14 +679,21 @@ fs_relay_call(int32 group, const char *function, FunctionCallInfo fcinfo, Datum 
 	if (link->prepared[slot] == NULL && !fs_relay_prepare(link, function, fcinfo, slot))
 		return false;
 
-	/* The arguments as text any node reads back exactly, whatever this session's settings. */
-	nestlevel = NewGUCNestLevel();
-	(void) set_config_option("datestyle", "ISO", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("intervalstyle", "postgres", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("extra_float_digits", "3", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
+	/*
+	 * The arguments as text any node reads back exactly, whatever this
+	 * session's settings: the calls' types are text, integers, float8 and
+	 * interval, whose output only extra_float_digits and IntervalStyle
+	 * change.  Set for the output only when they are not so already.
+	 */
+	nestlevel = -1;
+	if (extra_float_digits < 1 || IntervalStyle != INTSTYLE_POSTGRES)
+	{
+		nestlevel = NewGUCNestLevel();
+		(void) set_config_option("intervalstyle", "postgres", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		(void) set_config_option("extra_float_digits", "3", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
 	for (i = 0; i < PG_NARGS(); i++)
 	{
 		Oid			output;
@@ -697,7 +705,8 @@ fs_relay_call(int32 group, const char *function, FunctionCallInfo fcinfo, Datum 
 		getTypeOutputInfo(get_fn_expr_argtype(fcinfo->flinfo, i), &output, &varlena);
 		args[i] = OidOutputFunctionCall(output, PG_GETARG_DATUM(i));
 	}
-	AtEOXact_GUC(true, nestlevel);
+	if (nestlevel >= 0)
+		AtEOXact_GUC(true, nestlevel);
 	if (!PQsendQueryPrepared(link->conn, function, PG_NARGS(), args, NULL, NULL, 0))
 	{
 		/* Nothing reached the node: a connection that broke while kept. */
