@@ -31,9 +31,10 @@
  *	  (the node's backend ends when it finds it gone); whether the call was
  *	  made there is then unknown, and the error's context says so.
  *
- * The connections are this backend's and close with it.  A change of
- * pg_dist_node (a node moved, removed or failed over) closes them all at
- * their next use.  Nothing here touches shared memory.
+ * The connections are this backend's and close with it, or when they are
+ * older than citus.max_cached_connection_lifetime, as Citus's own do.  A
+ * change of pg_dist_node (a node moved, removed or failed over) closes them
+ * all at their next use.  Nothing here touches shared memory.
  *
  *-------------------------------------------------------------------------
  */
@@ -84,6 +85,7 @@ typedef struct FsRelayLink
 	Oid			userid;
 	PGconn	   *conn;			/* NULL: not connected */
 	WaitEventSet *wait;			/* the latch, the postmaster and conn's socket */
+	TimestampTz connected_at;	/* when conn was made */
 	TimestampTz failed_at;		/* the last connection that failed; 0: none */
 	const char *prepared[FS_RELAY_FUNCTIONS];	/* prepared on conn (callers' constants) */
 } FsRelayLink;
@@ -460,6 +462,30 @@ fs_relay_alive(FsRelayLink *link)
 }
 
 /*
+ * Whether `link`'s connection has lived longer than Citus keeps its own
+ * (citus.max_cached_connection_lifetime, -1: for ever; 10 minutes when it
+ * cannot be read), so that a change of authentication or of the role's
+ * rights reaches the relay as it reaches Citus.
+ */
+static bool
+fs_relay_expired(FsRelayLink *link)
+{
+	const char *setting = GetConfigOption("citus.max_cached_connection_lifetime", true, false);
+	int64		msecs = 10 * 60 * 1000;
+	char	   *end;
+
+	if (setting != NULL)
+	{
+		long		value = strtol(setting, &end, 10);
+
+		if (end != setting && *end == '\0')
+			msecs = value;
+	}
+	return msecs >= 0 &&
+		GetCurrentTimestamp() - link->connected_at >= msecs * 1000;
+}
+
+/*
  * The connection to `group` as the current role: kept, or made now.  NULL
  * when none can be made (or one failed less than FS_RELAY_RETRY_USECS ago).
  */
@@ -496,7 +522,7 @@ fs_relay_link(int32 group)
 		link->group = group;
 		link->userid = userid;
 	}
-	if (link->conn != NULL && !fs_relay_alive(link))
+	if (link->conn != NULL && (!fs_relay_alive(link) || fs_relay_expired(link)))
 		fs_relay_close(link);
 	if (link->conn == NULL)
 	{
@@ -510,6 +536,7 @@ fs_relay_link(int32 group)
 			return NULL;
 		}
 		link->failed_at = 0;
+		link->connected_at = now;
 	}
 	return link;
 }

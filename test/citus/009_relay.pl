@@ -76,6 +76,19 @@ is($relayed->($owner_b), 'fs_spend_tokens', 'raised by the relayed call');
 like($s->query_safe("SELECT fs_charge_tokens('$tb', 50, 'q')"), qr/^-?[0-9.e+]+$/, 'the next call is answered');
 is($relayed->($owner_b), 'fs_charge_tokens', 'relayed on the same connection');
 
+# A connection lives no longer than Citus keeps its own.
+my $relay_pid = sub {
+	shift->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE application_name = 'fairshare relay'");
+};
+my $pid_before = $relay_pid->($owner_b);
+$s->query_safe("SET citus.max_cached_connection_lifetime = 0");
+$s->query_safe("SELECT fs_spend_tokens('$tb', 0, 100, 'q')");
+$owner_b->poll_query_until('postgres',
+	"SELECT count(*) = 1 AND min(pid) <> $pid_before FROM pg_stat_activity WHERE application_name = 'fairshare relay'")
+  or die 'the relay kept a connection past citus.max_cached_connection_lifetime';
+pass('past citus.max_cached_connection_lifetime the connection is made anew');
+$s->query_safe("RESET citus.max_cached_connection_lifetime");
+
 # Calls the relay leaves to Citus or refuses, as before.
 ($out, $ret) = $s->query("SELECT fs_acquire_slot('$ta', 'q'), 1");
 like($s->{stderr}, qr/does not own the tenant/, 'a call that is not the whole statement is refused');
