@@ -628,10 +628,10 @@ is(scalar(@crashes), 0, 'the server never crashed')
 # fairshare's: noted, not failed.
 for my $msg (sort keys %internal)
 {
-	next unless $msg =~ /^could not open relation with OID (\d+)$/
-	  && ($internal{$msg}{location} // '') =~ /^relation_open, /;
-	my $oid = $1;
-	next unless wait_ready()
+	next unless $msg =~ /^could not open relation with OID (\d+)$/;
+	my $oid = $1;    # before the next match, which resets $1
+	next unless ($internal{$msg}{location} // '') =~ /^relation_open, /
+	  && wait_ready()
 	  && $node->safe_psql('postgres', "SELECT count(*) FROM pg_class WHERE oid = $oid") eq '0';
 	note "the server's own race with a DROP TABLE: $msg, from: "
 	  . substr($internal{$msg}{stmt}, 0, 300);
