@@ -124,18 +124,19 @@ BEGIN
                     SELECT %L || t, clock_timestamp() FROM generate_series(1, %s) j, generate_series(1, %s) t
                      ORDER BY j, t', tbl, prefix, jobs, tenants);
 END $$;
+-- A run repeated in rounds is named run.round; these figures pool its rounds.
 -- p99 of an arrival run's enqueues (INSERT to its commit returned), and of
 -- the small jobs' wait from then to their claim, in milliseconds
 CREATE FUNCTION fj_p99_enqueue(r text) RETURNS float8 LANGUAGE sql AS $$
     SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM acked_at - enqueued_at) * 1000)
-      FROM fj_ack WHERE run = r $$;
+      FROM fj_ack WHERE split_part(run, '.', 1) = r $$;
 CREATE FUNCTION fj_p99_after_commit(r text) RETURNS float8 LANGUAGE sql AS $$
     SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM s.claimed_at - a.acked_at) * 1000)
-      FROM fj_served s JOIN fj_ack a USING (job_id) WHERE s.run = r $$;
+      FROM fj_served s JOIN fj_ack a USING (job_id) WHERE split_part(s.run, '.', 1) = r $$;
 -- p99 wait of a run's small tenants, in milliseconds
 CREATE FUNCTION fj_p99(r text) RETURNS float8 LANGUAGE sql AS $$
     SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - enqueued_at) * 1000)
-      FROM fj_served WHERE run = r AND tenant LIKE 'small%' $$;
+      FROM fj_served WHERE split_part(run, '.', 1) = r AND tenant LIKE 'small%' $$;
 -- Jain's index of the jobs each tenant got while all of them were
 -- backlogged: from the first claim of a small tenant's job (their rows
 -- become claimable together, when the enqueue commits) until the first
