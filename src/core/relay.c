@@ -54,6 +54,7 @@
 #include "miscadmin.h"
 #include "nodes/plannodes.h"
 #include "storage/latch.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/float.h"
 #include "utils/guc.h"
@@ -94,6 +95,7 @@ static FsRelayLink links[FS_RELAY_LINKS];
 static int	links_next_evicted = 0;
 static bool links_stale = false;
 static Oid	node_relid = InvalidOid;	/* pg_dist_node, once looked up */
+static Oid	authinfo_relid = InvalidOid;	/* pg_dist_authinfo, the same */
 
 /* Close `link`'s connection, if any. */
 static void
@@ -108,11 +110,16 @@ fs_relay_close(FsRelayLink *link)
 	memset(link->prepared, 0, sizeof(link->prepared));
 }
 
-/* A change of pg_dist_node, or a reset of every cache: close at next use. */
+/*
+ * A change of pg_dist_node, of how Citus connects to the nodes (Citus's
+ * triggers on pg_dist_authinfo and pg_dist_poolinfo invalidate
+ * pg_dist_authinfo), or a reset of every cache: close at next use.
+ */
 static void
 fs_relay_relcache_callback(Datum arg pg_attribute_unused(), Oid relid)
 {
-	if (relid == InvalidOid || (OidIsValid(node_relid) && relid == node_relid))
+	if (relid == InvalidOid || (OidIsValid(node_relid) && relid == node_relid) ||
+		(OidIsValid(authinfo_relid) && relid == authinfo_relid))
 		links_stale = true;
 }
 
@@ -293,7 +300,11 @@ fs_relay_wait_context(void *arg)
 /*
  * The address of node group `group`'s primary, from pg_dist_node (which
  * every role may read), into *host (palloc'd) and *port.  False when the
- * group has no active primary.
+ * group has no active primary, or when Citus reaches it through a pooler
+ * (a row in pg_dist_poolinfo, which every role may read too): a pooler is
+ * there to bound the node's connections, and the relay makes none around
+ * it, so Citus carries the calls to such a node.  False too for a role that
+ * may not read either table.
  */
 static bool
 fs_relay_node_address(int32 group, char **host, int *port)
@@ -301,15 +312,26 @@ fs_relay_node_address(int32 group, char **host, int *port)
 	MemoryContext caller = CurrentMemoryContext;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(group)};
+	Oid			poolinfo_relid;
 	bool		found = false;
 
 	if (!OidIsValid(node_relid))
 		node_relid = get_relname_relid("pg_dist_node", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(authinfo_relid))
+		authinfo_relid = get_relname_relid("pg_dist_authinfo", PG_CATALOG_NAMESPACE);
+	poolinfo_relid = get_relname_relid("pg_dist_poolinfo", PG_CATALOG_NAMESPACE);
+	/* Citus grants both to every role; where that was taken back, no relay. */
+	if (!OidIsValid(node_relid) || !OidIsValid(poolinfo_relid) ||
+		pg_class_aclcheck(node_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
+		pg_class_aclcheck(poolinfo_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		return false;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_with_args("SELECT nodename, nodeport FROM pg_catalog.pg_dist_node "
-							  "WHERE groupid = $1 AND noderole = 'primary' AND isactive "
-							  "ORDER BY nodeid LIMIT 1",
+	if (SPI_execute_with_args("SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_node n "
+							  "WHERE n.groupid = $1 AND n.noderole = 'primary' AND n.isactive "
+							  "AND NOT EXISTS (SELECT FROM pg_catalog.pg_dist_poolinfo p "
+							  "                 WHERE p.nodeid = n.nodeid) "
+							  "ORDER BY n.nodeid LIMIT 1",
 							  1, argtypes, values, NULL, true, 1) == SPI_OK_SELECT &&
 		SPI_processed == 1)
 	{

@@ -4,7 +4,8 @@
 # effect.  A plan kept from outside a block and run inside one joins the
 # block; a node's error comes back as it was raised; a cancel while the
 # node answers is served at once; where the relay cannot connect (a
-# password only pg_dist_authinfo holds), Citus carries the call.  Calls
+# password only pg_dist_authinfo holds, a node behind a pooler named in
+# pg_dist_poolinfo), Citus carries the call.  Calls
 # that Citus tried to delegate after PostgreSQL flattened them, and
 # crashed on, now run.
 use strict;
@@ -88,6 +89,31 @@ $owner_b->poll_query_until('postgres',
   or die 'the relay kept a connection past citus.max_cached_connection_lifetime';
 pass('past citus.max_cached_connection_lifetime the connection is made anew');
 $s->query_safe("RESET citus.max_cached_connection_lifetime");
+
+# A node that Citus reaches through a pooler (pg_dist_poolinfo) is left to
+# Citus: the kept connection closes at the next call, and none is made
+# around the pooler (here the pooler's address is the node's own).
+my $granted_b = sub {
+	$owner_b->safe_psql('postgres', "SELECT granted FROM fs_tenants WHERE tenant = '$tb' AND queue = 'q'");
+};
+my ($nodeid_b, $pool_b) = split /\|/, $q->(
+	"SELECT nodeid, format('host=%s port=%s', nodename, nodeport) FROM pg_dist_node WHERE nodeport = "
+	  . $owner_b->port);
+is($relays->($owner_b), 1, "the session's relay connection to the node stands");
+$q->("INSERT INTO pg_dist_poolinfo VALUES ($nodeid_b, '$pool_b')");
+my $granted_before = $granted_b->();
+is($s->query_safe("SELECT fs_spend_tokens('$tb', 1, 100, 'q')"), 1, 'a call to a node behind a pooler is answered');
+is($granted_b->(), $granted_before + 1, "on the tenant's node");
+$owner_b->poll_query_until('postgres',
+	"SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'fairshare relay'")
+  or die 'the relay kept its connection to a node named in pg_dist_poolinfo';
+pass('the relay closed its connection to the node once pg_dist_poolinfo named a pooler');
+is($s->query_safe("SELECT fs_spend_tokens('$tb', 1, 100, 'q')"), 1, 'the next call is answered too');
+is($relays->($owner_b), 0, 'through Citus: the relay made no connection around the pooler');
+$q->("DELETE FROM pg_dist_poolinfo WHERE nodeid = $nodeid_b");
+is($s->query_safe("SELECT fs_spend_tokens('$tb', 1, 100, 'q')"), 1, 'without the pooler');
+is($relays->($owner_b), 1, 'the relay connects again');
+is($relayed->($owner_b), 'fs_spend_tokens', 'and relays the call');
 
 # Calls the relay leaves to Citus or refuses, as before.
 ($out, $ret) = $s->query("SELECT fs_acquire_slot('$ta', 'q'), 1");
@@ -210,5 +236,19 @@ is($owner_a->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fairshare relay' AND usename = 'pw'"),
 	0, 'with no relay connection while its session lasts');
 $s3->quit;
+
+# A role that may not read pg_dist_poolinfo (Citus grants it to every role;
+# here that was taken back) is served through Citus too.
+$q->("CREATE ROLE np LOGIN IN ROLE fairshare_app");
+$q->("REVOKE SELECT ON pg_dist_poolinfo FROM PUBLIC");
+my $s4 = $coord->background_psql('postgres');
+$s4->query_safe("SET ROLE np");
+is($s4->query_safe("SELECT fs_spend_tokens('$ta', 1, 100, 'q')"), 1,
+	'a role that may not read pg_dist_poolinfo is served through Citus');
+is($owner_a->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fairshare relay' AND usename = 'np'"),
+	0, 'with no relay connection');
+$s4->quit;
+$q->("GRANT SELECT ON pg_dist_poolinfo TO PUBLIC");
 
 done_testing();
