@@ -94,8 +94,10 @@ typedef struct FsRelayLink
 static FsRelayLink links[FS_RELAY_LINKS];
 static int	links_next_evicted = 0;
 static bool links_stale = false;
-static Oid	node_relid = InvalidOid;	/* pg_dist_node, once looked up */
-static Oid	authinfo_relid = InvalidOid;	/* pg_dist_authinfo, the same */
+/* Citus's tables, as the last connection made found them */
+static Oid	node_relid = InvalidOid;	/* pg_dist_node */
+static Oid	authinfo_relid = InvalidOid;	/* pg_dist_authinfo */
+static Oid	poolinfo_relid = InvalidOid;	/* pg_dist_poolinfo */
 
 /* Close `link`'s connection, if any. */
 static void
@@ -113,13 +115,15 @@ fs_relay_close(FsRelayLink *link)
 /*
  * A change of pg_dist_node, of how Citus connects to the nodes (Citus's
  * triggers on pg_dist_authinfo and pg_dist_poolinfo invalidate
- * pg_dist_authinfo), or a reset of every cache: close at next use.
+ * pg_dist_authinfo), of who may read pg_dist_poolinfo, or a reset of every
+ * cache: close at next use.
  */
 static void
 fs_relay_relcache_callback(Datum arg pg_attribute_unused(), Oid relid)
 {
-	if (relid == InvalidOid || (OidIsValid(node_relid) && relid == node_relid) ||
-		(OidIsValid(authinfo_relid) && relid == authinfo_relid))
+	if (relid == InvalidOid ||
+		(OidIsValid(relid) &&
+		 (relid == node_relid || relid == authinfo_relid || relid == poolinfo_relid)))
 		links_stale = true;
 }
 
@@ -312,25 +316,30 @@ fs_relay_node_address(int32 group, char **host, int *port)
 	MemoryContext caller = CurrentMemoryContext;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(group)};
-	Oid			poolinfo_relid;
+	bool		missing = false;
 	bool		found = false;
 
-	if (!OidIsValid(node_relid))
-		node_relid = get_relname_relid("pg_dist_node", PG_CATALOG_NAMESPACE);
-	if (!OidIsValid(authinfo_relid))
-		authinfo_relid = get_relname_relid("pg_dist_authinfo", PG_CATALOG_NAMESPACE);
+	/* Looked up at each connection: Citus may have been made anew since. */
+	node_relid = get_relname_relid("pg_dist_node", PG_CATALOG_NAMESPACE);
+	authinfo_relid = get_relname_relid("pg_dist_authinfo", PG_CATALOG_NAMESPACE);
 	poolinfo_relid = get_relname_relid("pg_dist_poolinfo", PG_CATALOG_NAMESPACE);
-	/* Citus grants both to every role; where that was taken back, no relay. */
+	/*
+	 * Citus grants both to every role; where that was taken back, or a table
+	 * went meanwhile, no relay.
+	 */
 	if (!OidIsValid(node_relid) || !OidIsValid(poolinfo_relid) ||
-		pg_class_aclcheck(node_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
-		pg_class_aclcheck(poolinfo_relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		pg_class_aclcheck_ext(node_relid, GetUserId(), ACL_SELECT, &missing) != ACLCHECK_OK ||
+		missing ||
+		pg_class_aclcheck_ext(poolinfo_relid, GetUserId(), ACL_SELECT, &missing) != ACLCHECK_OK ||
+		missing)
 		return false;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute_with_args("SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_node n "
-							  "WHERE n.groupid = $1 AND n.noderole = 'primary' AND n.isactive "
+							  "WHERE n.groupid OPERATOR(pg_catalog.=) $1 "
+							  "AND n.noderole OPERATOR(pg_catalog.=) 'primary' AND n.isactive "
 							  "AND NOT EXISTS (SELECT FROM pg_catalog.pg_dist_poolinfo p "
-							  "                 WHERE p.nodeid = n.nodeid) "
+							  "                 WHERE p.nodeid OPERATOR(pg_catalog.=) n.nodeid) "
 							  "ORDER BY n.nodeid LIMIT 1",
 							  1, argtypes, values, NULL, true, 1) == SPI_OK_SELECT &&
 		SPI_processed == 1)

@@ -238,16 +238,26 @@ is($owner_a->safe_psql('postgres',
 $s3->quit;
 
 # A role that may not read pg_dist_poolinfo (Citus grants it to every role;
-# here that was taken back) is served through Citus too.
+# here that was taken back) is served through Citus too, its kept
+# connection closed.
 $q->("CREATE ROLE np LOGIN IN ROLE fairshare_app");
-$q->("REVOKE SELECT ON pg_dist_poolinfo FROM PUBLIC");
+my $np_relays = sub {
+	$owner_a->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fairshare relay' AND usename = 'np'");
+};
 my $s4 = $coord->background_psql('postgres');
 $s4->query_safe("SET ROLE np");
+is($s4->query_safe("SELECT fs_spend_tokens('$ta', 1, 100, 'q')"), 1, 'a role that may read it');
+is($np_relays->(), 1, 'is relayed');
+$q->("REVOKE SELECT ON pg_dist_poolinfo FROM PUBLIC");
 is($s4->query_safe("SELECT fs_spend_tokens('$ta', 1, 100, 'q')"), 1,
-	'a role that may not read pg_dist_poolinfo is served through Citus');
-is($owner_a->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fairshare relay' AND usename = 'np'"),
-	0, 'with no relay connection');
+	'once it may not, its call is answered');
+$owner_a->poll_query_until('postgres',
+	"SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'fairshare relay' AND usename = 'np'")
+  or die 'the relay kept its connection for a role that may no longer read pg_dist_poolinfo';
+pass('through Citus: the kept connection closed');
+is($s4->query_safe("SELECT fs_spend_tokens('$ta', 1, 100, 'q')"), 1, 'and the next call too');
+is($np_relays->(), 0, 'with no relay connection made');
 $s4->quit;
 $q->("GRANT SELECT ON pg_dist_poolinfo TO PUBLIC");
 
