@@ -33,8 +33,10 @@
  *
  * The connections are this backend's and close with it, or when they are
  * older than citus.max_cached_connection_lifetime, as Citus's own do.  A
- * change of pg_dist_node (a node moved, removed or failed over) closes them
- * all at their next use.  Nothing here touches shared memory.
+ * change of pg_dist_node (a node moved, removed or failed over),
+ * pg_dist_authinfo or pg_dist_poolinfo closes them all at their next use.
+ * A node that Citus reaches through a pooler (pg_dist_poolinfo) gets none:
+ * Citus carries its calls.  Nothing here touches shared memory.
  *
  *-------------------------------------------------------------------------
  */
@@ -301,6 +303,17 @@ fs_relay_wait_context(void *arg)
 			   "which may have been made there", link->group);
 }
 
+/* Whether the current role may read `relid` (false too if it is gone). */
+static bool
+fs_relay_readable(Oid relid)
+{
+	bool		missing = false;
+
+	return OidIsValid(relid) &&
+		pg_class_aclcheck_ext(relid, GetUserId(), ACL_SELECT, &missing) == ACLCHECK_OK &&
+		!missing;
+}
+
 /*
  * The address of node group `group`'s primary, from pg_dist_node (which
  * every role may read), into *host (palloc'd) and *port.  False when the
@@ -316,22 +329,14 @@ fs_relay_node_address(int32 group, char **host, int *port)
 	MemoryContext caller = CurrentMemoryContext;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(group)};
-	bool		missing = false;
 	bool		found = false;
 
 	/* Looked up at each connection: Citus may have been made anew since. */
 	node_relid = get_relname_relid("pg_dist_node", PG_CATALOG_NAMESPACE);
 	authinfo_relid = get_relname_relid("pg_dist_authinfo", PG_CATALOG_NAMESPACE);
 	poolinfo_relid = get_relname_relid("pg_dist_poolinfo", PG_CATALOG_NAMESPACE);
-	/*
-	 * Citus grants both to every role; where that was taken back, or a table
-	 * went meanwhile, no relay.
-	 */
-	if (!OidIsValid(node_relid) || !OidIsValid(poolinfo_relid) ||
-		pg_class_aclcheck_ext(node_relid, GetUserId(), ACL_SELECT, &missing) != ACLCHECK_OK ||
-		missing ||
-		pg_class_aclcheck_ext(poolinfo_relid, GetUserId(), ACL_SELECT, &missing) != ACLCHECK_OK ||
-		missing)
+	/* Citus grants both to every role; where that was taken back, no relay. */
+	if (!fs_relay_readable(node_relid) || !fs_relay_readable(poolinfo_relid))
 		return false;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

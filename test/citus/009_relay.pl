@@ -31,9 +31,12 @@ my ($ta, $tb) = split /\n/, $q->(
 	   ORDER BY fs_tenant_node(t), t});
 my $owner_a = $by_group{ $q->("SELECT fs_tenant_node('$ta')") };
 my $owner_b = $by_group{ $q->("SELECT fs_tenant_node('$tb')") };
+# The relay backends on a node (of one role, if given).
 my $relays = sub {
-	shift->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fairshare relay'");
+	my ($node, $role) = @_;
+	$node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fairshare relay'"
+		  . (defined $role ? " AND usename = '$role'" : ''));
 };
 # The statement a node's relay backend ran last (one relay backend there).
 my $relayed = sub {
@@ -232,23 +235,17 @@ $s3->query_safe("SET ROLE pw");
 is($s3->query_safe("SELECT fs_spend_tokens('$ta', 1, 100, 'q')"), 1,
 	'a role the relay cannot connect as is served through Citus');
 is($s3->query_safe("SELECT fs_spend_tokens('$ta', 1, 100, 'q')"), 1, 'and again');
-is($owner_a->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fairshare relay' AND usename = 'pw'"),
-	0, 'with no relay connection while its session lasts');
+is($relays->($owner_a, 'pw'), 0, 'with no relay connection while its session lasts');
 $s3->quit;
 
 # A role that may not read pg_dist_poolinfo (Citus grants it to every role;
 # here that was taken back) is served through Citus too, its kept
 # connection closed.
 $q->("CREATE ROLE np LOGIN IN ROLE fairshare_app");
-my $np_relays = sub {
-	$owner_a->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fairshare relay' AND usename = 'np'");
-};
 my $s4 = $coord->background_psql('postgres');
 $s4->query_safe("SET ROLE np");
 is($s4->query_safe("SELECT fs_spend_tokens('$ta', 1, 100, 'q')"), 1, 'a role that may read it');
-is($np_relays->(), 1, 'is relayed');
+is($relays->($owner_a, 'np'), 1, 'is relayed');
 $q->("REVOKE SELECT ON pg_dist_poolinfo FROM PUBLIC");
 is($s4->query_safe("SELECT fs_spend_tokens('$ta', 1, 100, 'q')"), 1,
 	'once it may not, its call is answered');
@@ -257,7 +254,7 @@ $owner_a->poll_query_until('postgres',
   or die 'the relay kept its connection for a role that may no longer read pg_dist_poolinfo';
 pass('through Citus: the kept connection closed');
 is($s4->query_safe("SELECT fs_spend_tokens('$ta', 1, 100, 'q')"), 1, 'and the next call too');
-is($np_relays->(), 0, 'with no relay connection made');
+is($relays->($owner_a, 'np'), 0, 'with no relay connection made');
 $s4->quit;
 $q->("GRANT SELECT ON pg_dist_poolinfo TO PUBLIC");
 

@@ -158,7 +158,7 @@ class GoodJobTest < Minitest::Test
     start_worker(threads: 3)
     wait_until(90, "six jobs") { finished_jobs == 6 }
     done = runs
-    overlap = done.map { |r| done.count { |o| o.started_at <= r.started_at && r.started_at < o.finished_at } }.max
+    overlap = most_at_once(done)
     assert_operator overlap, :<=, 2, "at most two jobs of the tenant at once (jobs running when one started)"
     assert_equal 2, overlap, "two at once: the limit, not less"
     assert_equal 6, done.map(&:ref).uniq.size

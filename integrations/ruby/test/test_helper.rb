@@ -71,6 +71,12 @@ module WorkerProcesses
     ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
   end
 
+  # The most jobs running at once among `runs` (each with started_at and
+  # finished_at): for each, the jobs running when it started, itself too.
+  def most_at_once(runs)
+    runs.map { |r| runs.count { |o| o.started_at <= r.started_at && r.started_at < o.finished_at } }.max
+  end
+
   def setup_app_root
     @app_root = Dir.mktmpdir("fsrb-test-")
   end
